@@ -1,0 +1,155 @@
+"""Crash-safe JSONL for trajectories.
+
+Appending writes one whole line per record with a single ``write`` call on a file opened for
+appending, then flushes, so a crash can leave at most one torn *last* line. Opening a file whose
+last line is torn moves that fragment to ``FILE.torn`` (it is reported, never silently merged
+with the next record) before anything new is written. Reading validates every line and names
+the file and line of any problem; a torn last line is reported and skipped, or raises in strict
+mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from agentkit.core.errors import OutputExistsError, TrajectoryFormatError
+from agentkit.core.trajectory import Trajectory
+
+
+class TornLineWarning(UserWarning):
+    """A file ended in a partial line (a crash mid-write); the fragment was set aside."""
+
+
+def _split_torn_tail(path: Path) -> bytes:
+    """Return the bytes after the last newline (empty if the file ends cleanly)."""
+    with path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        if size == 0:
+            return b""
+        # walk back in chunks to the last newline
+        pos, tail = size, b""
+        while pos > 0:
+            step = min(65536, pos)
+            pos -= step
+            f.seek(pos)
+            chunk = f.read(step)
+            idx = chunk.rfind(b"\n")
+            if idx >= 0:
+                return chunk[idx + 1 :] + tail
+            tail = chunk + tail
+        return tail
+
+
+class TrajectoryWriter:
+    """Append-only writer. ``mode``: "new" (refuse an existing file), "append" or "overwrite"."""
+
+    def __init__(self, path: str | os.PathLike, mode: str = "new") -> None:
+        self.path = Path(path)
+        if mode not in ("new", "append", "overwrite"):
+            raise ValueError(f"mode must be 'new', 'append' or 'overwrite', got {mode!r}")
+        if self.path.is_dir():
+            raise OutputExistsError(f"Output path {self.path} is a directory; give a file name such as {self.path / 'trajectories.jsonl'}.")
+        exists = self.path.exists() and self.path.stat().st_size > 0
+        if exists and mode == "new":
+            raise OutputExistsError(
+                f"Output file {self.path} already exists. Pass --append to add to it or --overwrite to replace it."
+            )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if exists and mode == "append":
+            torn = _split_torn_tail(self.path)
+            if torn:
+                self._set_aside(torn)
+        if mode == "overwrite":
+            # write the replacement beside the old file; it replaces the old one only on close()
+            self._final_path: Path | None = self.path
+            self.path = self.path.with_name(self.path.name + ".tmp")
+            self._file: IO[bytes] = self.path.open("wb")
+        else:
+            self._final_path = None
+            self._file = self.path.open("ab")
+        self.count = 0
+
+    def _set_aside(self, torn: bytes) -> None:
+        sidecar = self.path.with_name(self.path.name + ".torn")
+        with sidecar.open("ab") as s:
+            s.write(torn + b"\n")
+        with self.path.open("r+b") as f:
+            f.truncate(self.path.stat().st_size - len(torn))
+        warnings.warn(
+            f"{self.path} ended in a torn line ({len(torn)} bytes, from an interrupted write); "
+            f"moved it to {sidecar} before appending.",
+            TornLineWarning,
+            stacklevel=3,
+        )
+
+    def write(self, trajectory: Trajectory) -> None:
+        line = json.dumps(trajectory.to_dict(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        self._file.write(line.encode("utf-8") + b"\n")
+        self._file.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        if self._final_path is not None:
+            os.replace(self.path, self._final_path)
+            self.path = self._final_path
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None and self._final_path is not None:
+            # an interrupted overwrite keeps the old file and the partial new one beside it
+            self._file.close()
+            return
+        self.close()
+
+
+def iter_trajectories(path: str | os.PathLike, *, strict: bool = False) -> Iterator[Trajectory]:
+    """Yield validated trajectories from a JSONL file.
+
+    A torn last line (no trailing newline, not valid JSON) is reported with a warning and
+    skipped, or raises ``TrajectoryFormatError`` when ``strict``. Any other bad line raises,
+    naming the file and line.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise TrajectoryFormatError(f"Trajectory file {path} does not exist.")
+    with path.open("rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    ends_cleanly = data.endswith(b"\n") or not data
+    if ends_cleanly:
+        lines = lines[:-1]
+    for lineno, raw in enumerate(lines, start=1):
+        where = f"{path}:{lineno}"
+        is_last = lineno == len(lines)
+        if not raw.strip():
+            if is_last and not ends_cleanly:
+                continue
+            raise TrajectoryFormatError(f"{where}: empty line.")
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            if is_last and not ends_cleanly:
+                msg = f"{where}: torn last line ({len(raw)} bytes, an interrupted write)"
+                if strict:
+                    raise TrajectoryFormatError(msg) from err
+                warnings.warn(msg + "; skipped.", TornLineWarning, stacklevel=2)
+                return
+            raise TrajectoryFormatError(f"{where}: not valid JSON ({err}).") from err
+        yield Trajectory.from_dict(record, where=where)
+
+
+def read_trajectories(path: str | os.PathLike, *, strict: bool = False) -> list[Trajectory]:
+    return list(iter_trajectories(path, strict=strict))

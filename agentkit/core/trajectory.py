@@ -1,0 +1,223 @@
+"""Turn-segmented trajectories: the one record every part of agentkit reads and writes.
+
+A trajectory keeps, per turn, the exact token ids that entered the model's context that turn
+(``context_ids``) and the exact ids it sampled (``response_ids``) with their sampling logprobs.
+In ``chat`` context mode the model's input at turn t is the concatenation of every earlier turn's
+``context_ids + response_ids`` plus this turn's ``context_ids``; in ``window`` mode each turn's
+``context_ids`` is a complete fresh prompt. Either way training rebuilds exactly what was sampled,
+with no re-tokenization, and storage grows linearly with episode length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from agentkit.core.errors import TrajectoryFormatError
+
+SCHEMA_VERSION = 1
+ContextMode = Literal["chat", "window"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One agent turn.
+
+    Attributes:
+        observation: the (cleaned) environment text the agent answered.
+        context_ids: token ids new to the model's context this turn (chat mode), or the whole
+            prompt (window mode).
+        response_ids: the sampled token ids, exactly as sampled.
+        response_logprobs: logprob of each sampled id under the distribution it was sampled from.
+        response_text: ``response_ids`` decoded.
+        action: the action parsed from the response; None when none could be parsed.
+        action_valid: the environment executed the action (False for malformed or unknown actions).
+        reward: this step's reward (a difference, never cumulative).
+        feedback: the environment's answer to the action (the next observation).
+        finish_reason: "stop" (stop token or string) or "length" (hit max_new_tokens).
+        generation_s: seconds the batched generate call that produced this turn took.
+        env_s: seconds the environment step took.
+        error: an error raised while stepping (the episode then ends truncated), else None.
+    """
+
+    observation: str
+    context_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float]
+    response_text: str
+    action: str | None
+    action_valid: bool
+    reward: float
+    feedback: str
+    finish_reason: str = "stop"
+    generation_s: float = 0.0
+    env_s: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One episode.
+
+    Attributes:
+        id: unique id, ``"{group}-{sample}"``.
+        env: environment id.
+        task: the goal text.
+        seed: the task seed (with ``split``, it fixes the task).
+        split: "train" or "eval".
+        group: id shared by the G samples of the same task.
+        sample: index within the group.
+        turns: the turns in order.
+        episode_return: sum of rewards (JSON key ``return``).
+        won: the environment reported success.
+        score: the environment's final score.
+        terminated: the episode ended in the environment (won or lost).
+        truncated: the episode was cut (turn limit, error).
+        model: the policy's name or path.
+        sampling: the sampling settings (temperature, top_p, max_new_tokens, ...).
+        context_mode: "chat" or "window".
+        privileged: text only a teacher may see (expert plan, gold answer), from reset.
+        error: why the episode was cut, if it was cut by an error.
+        created_at: UNIX time the record was written.
+    """
+
+    id: str
+    env: str
+    task: str
+    seed: int
+    split: str
+    group: str
+    sample: int
+    turns: list[Turn]
+    episode_return: float
+    won: bool
+    score: float
+    terminated: bool
+    truncated: bool
+    model: str
+    sampling: dict[str, Any]
+    context_mode: ContextMode = "chat"
+    privileged: str | None = None
+    error: str | None = None
+    created_at: float = 0.0
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(t.response_ids) for t in self.turns)
+
+    def to_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["return"] = record.pop("episode_return")
+        return record
+
+    @classmethod
+    def from_dict(cls, record: Any, *, where: str = "record") -> Trajectory:
+        """Validate and build; every problem names ``where`` (file and line)."""
+        return _trajectory_from_dict(record, where)
+
+
+_TURN_TYPES: dict[str, tuple[type, ...]] = {
+    "observation": (str,),
+    "context_ids": (list,),
+    "response_ids": (list,),
+    "response_logprobs": (list,),
+    "response_text": (str,),
+    "action": (str, type(None)),
+    "action_valid": (bool,),
+    "reward": (int, float),
+    "feedback": (str,),
+    "finish_reason": (str,),
+    "generation_s": (int, float),
+    "env_s": (int, float),
+    "error": (str, type(None)),
+}
+_TURN_OPTIONAL = {"finish_reason", "generation_s", "env_s", "error"}
+
+_TRAJ_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "env": (str,),
+    "task": (str,),
+    "seed": (int,),
+    "split": (str,),
+    "group": (str,),
+    "sample": (int,),
+    "turns": (list,),
+    "return": (int, float),
+    "won": (bool,),
+    "score": (int, float),
+    "terminated": (bool,),
+    "truncated": (bool,),
+    "model": (str,),
+    "sampling": (dict,),
+    "context_mode": (str,),
+    "privileged": (str, type(None)),
+    "error": (str, type(None)),
+    "created_at": (int, float),
+    "schema_version": (int,),
+}
+_TRAJ_OPTIONAL = {"context_mode", "privileged", "error", "created_at"}
+
+
+def _check_fields(record: dict, types: dict, optional: set, where: str) -> None:
+    unknown = sorted(set(record) - set(types))
+    if unknown:
+        raise TrajectoryFormatError(f"{where}: unknown field(s) {unknown}; expected only {sorted(types)}.")
+    for key, allowed in types.items():
+        if key not in record:
+            if key in optional:
+                continue
+            raise TrajectoryFormatError(f"{where}: missing required field {key!r}.")
+        value = record[key]
+        # bool is an int subclass: never accept it where a number is expected
+        if isinstance(value, bool) and bool not in allowed:
+            raise TrajectoryFormatError(f"{where}: field {key!r} is a bool; expected {_names(allowed)}.")
+        if not isinstance(value, allowed):
+            raise TrajectoryFormatError(
+                f"{where}: field {key!r} has type {type(value).__name__}; expected {_names(allowed)}."
+            )
+
+
+def _names(types: tuple[type, ...]) -> str:
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+def _turn_from_dict(record: Any, where: str) -> Turn:
+    if not isinstance(record, dict):
+        raise TrajectoryFormatError(f"{where}: a turn must be an object, got {type(record).__name__}.")
+    _check_fields(record, _TURN_TYPES, _TURN_OPTIONAL, where)
+    for key in ("context_ids", "response_ids"):
+        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in record[key]):
+            raise TrajectoryFormatError(f"{where}: {key!r} must be a list of non-negative integers.")
+    logprobs = record["response_logprobs"]
+    if len(logprobs) != len(record["response_ids"]):
+        raise TrajectoryFormatError(
+            f"{where}: {len(record['response_ids'])} response_ids but {len(logprobs)} response_logprobs."
+        )
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x <= 1e-6 for x in logprobs):
+        raise TrajectoryFormatError(f"{where}: response_logprobs must be numbers <= 0.")
+    if not math.isfinite(record["reward"]):
+        raise TrajectoryFormatError(f"{where}: reward must be finite, got {record['reward']!r}.")
+    return Turn(**record)
+
+
+def _trajectory_from_dict(record: Any, where: str) -> Trajectory:
+    if not isinstance(record, dict):
+        raise TrajectoryFormatError(f"{where}: a trajectory must be a JSON object, got {type(record).__name__}.")
+    version = record.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise TrajectoryFormatError(
+            f"{where}: schema_version {version} is newer than this agentkit understands ({SCHEMA_VERSION}); "
+            "upgrade agentkit to read it."
+        )
+    _check_fields(record, _TRAJ_TYPES, _TRAJ_OPTIONAL, where)
+    if version != SCHEMA_VERSION:
+        raise TrajectoryFormatError(f"{where}: unsupported schema_version {version!r}; expected {SCHEMA_VERSION}.")
+    if record.get("context_mode", "chat") not in ("chat", "window"):
+        raise TrajectoryFormatError(f"{where}: context_mode must be 'chat' or 'window', got {record['context_mode']!r}.")
+    turns = [_turn_from_dict(t, f"{where}, turn {i}") for i, t in enumerate(record["turns"])]
+    fields = dict(record)
+    fields["turns"] = turns
+    fields["episode_return"] = fields.pop("return")
+    return Trajectory(**fields)

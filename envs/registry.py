@@ -1,0 +1,132 @@
+"""Environment ids -> factories: built-ins listed here, plugins from the ``agentkit.envs`` group.
+
+An entry point ``NAME = package.module:Factory`` in the group ``agentkit.envs`` registers the id
+NAME; ``Factory`` is an environment class or a callable returning an environment, called with the
+keyword arguments given to ``make``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentkit.envs.protocol import Env
+from agentkit.envs.wrappers import ActionParser, CleanObservation, ParseAction, TurnLimit
+
+from agentkit.core.errors import AgentkitError, EnvError, MissingDependencyError
+from agentkit.core.plugins import PluginRegistry, PluginSpec
+
+REGISTRY = PluginRegistry("agentkit.envs", "environment")
+
+_TW = "agentkit.envs.textworld_env:TextWorldEnv"
+_BUILTINS = [
+    PluginSpec("textworld/simple-v0", _TW, "textworld", defaults=(("challenge", "tw-simple"),),
+               description="TextWorld tw-simple: a house, a goal chain (rewards dense|balanced|sparse, goal detailed|brief|none)"),
+    PluginSpec("textworld/coin-v0", _TW, "textworld", defaults=(("challenge", "tw-coin_collector"),),
+               description="TextWorld Coin Collector: find the coin (level 1-300)"),
+    PluginSpec("textworld/treasure-v0", _TW, "textworld", defaults=(("challenge", "tw-treasure_hunter"),),
+               description="TextWorld Treasure Hunter: find the named object (level 1-30)"),
+    PluginSpec("textworld/cooking-v0", _TW, "textworld", defaults=(("challenge", "tw-cooking"),),
+               description="TextWorld Cooking: gather and prepare a recipe (recipe, take, go, open, cook, cut, drop)"),
+]
+for _spec in _BUILTINS:
+    REGISTRY.register(_spec)
+
+
+def register(
+    id: str,
+    entry_point: str | Callable[..., Env],
+    *,
+    extra: str | None = None,
+    description: str = "",
+    overwrite: bool = False,
+    **defaults: Any,
+) -> None:
+    """Register an environment id.
+
+    Args:
+        id: ``name`` or ``name/Variant-vN``.
+        entry_point: ``"package.module:Factory"`` or the factory itself.
+        extra: the agentkit extra that installs its dependencies, for error messages.
+        description: one line for ``agentkit envs list``.
+        overwrite: replace an existing registration.
+        **defaults: keyword arguments passed to the factory (overridden by ``make``'s).
+    """
+    REGISTRY.register(
+        PluginSpec(id, entry_point, extra, distribution="(registered at run time)",
+                   defaults=tuple(defaults.items()), description=description),
+        overwrite=overwrite,
+    )
+
+
+@dataclass(frozen=True)
+class EnvStatus:
+    id: str
+    available: bool
+    detail: str  # the description, or what is missing
+    distribution: str
+
+
+def make(
+    id: str,
+    *,
+    max_turns: int | None = None,
+    action_parser: ActionParser | None = None,
+    clean: bool = True,
+    **kwargs: Any,
+) -> Env:
+    """Build an environment and wrap it.
+
+    Args:
+        id: a registered id (``agentkit envs list``) or ``package.module:Factory``.
+        max_turns: truncate episodes after this many steps (``TurnLimit``).
+        action_parser: parse model text into actions (``ParseAction``); None passes actions
+            through unchanged.
+        clean: strip prompt characters and padding from observations (``CleanObservation``).
+        **kwargs: passed to the environment's factory, over its registered defaults.
+    """
+    spec, factory = REGISTRY.load(id)
+    if not callable(factory):
+        raise EnvError(f"Environment {id!r} (from {spec.distribution!r}) resolved to {factory!r}, which is not callable.")
+    params = {**dict(spec.defaults), **kwargs}
+    try:
+        env = factory(**params)
+    except TypeError as err:
+        raise EnvError(f"Environment {id!r} rejected its arguments {sorted(params)}: {err}") from err
+    except ImportError as err:
+        if spec.extra:
+            raise MissingDependencyError(
+                f"Environment {id!r} needs {getattr(err, 'name', None) or err}. "
+                f"Install it with: pip install 'agentkit[{spec.extra}]'"
+            ) from err
+        raise
+    for method in ("reset", "step", "close"):
+        if not callable(getattr(env, method, None)):
+            raise EnvError(
+                f"Environment {id!r} (from {spec.distribution!r}) built {type(env).__name__}, which has no "
+                f"{method}() method; an environment needs reset(), step() and close()."
+            )
+    if clean:
+        env = CleanObservation(env)
+    if action_parser is not None:
+        env = ParseAction(env, action_parser)
+    if max_turns is not None:
+        env = TurnLimit(env, max_turns)
+    return env
+
+
+def status() -> list[EnvStatus]:
+    """Every known environment and whether it can be built here (imports its module)."""
+    rows = []
+    for spec in REGISTRY.specs():
+        try:
+            REGISTRY.load(spec.name)
+        except MissingDependencyError:
+            rows.append(EnvStatus(spec.name, False, f"missing: pip install 'agentkit[{spec.extra}]'", spec.distribution))
+            continue
+        except AgentkitError as err:
+            rows.append(EnvStatus(spec.name, False, f"broken: {err}", spec.distribution))
+            continue
+        rows.append(EnvStatus(spec.name, True, spec.description, spec.distribution))
+    return rows

@@ -1,0 +1,179 @@
+"""TextWorld, offline: games generated locally from a seed, cached on disk.
+
+Each ``reset(seed=s)`` plays the game generated from seed ``s`` of the chosen split. Train and
+eval use disjoint seed ranges (eval seeds are offset by ``EVAL_SEED_OFFSET``) and, where the
+challenge has them, its own held-out content (tw-simple's ``test`` objects, tw-cooking's
+``valid`` recipes). Generation takes 1-3 s per game the first time; the compiled game is cached
+under ``$AGENTKIT_CACHE/textworld`` and reused.
+
+TextWorld reports a cumulative score; rewards here are its per-step differences. TextWorld has no
+invalid-command flag: an action is valid when it is in the admissible commands of the state it was
+played in. ``privileged`` is the expert plan from the current state (TextWorld's policy commands).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from agentkit.core.errors import ConfigError, EnvError
+from agentkit.core.paths import cache_dir
+
+SEEDS_PER_SPLIT = 1_000_000
+EVAL_SEED_OFFSET = 1_000_000
+
+CHALLENGE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "tw-simple": {"rewards": "dense", "goal": "detailed"},
+    "tw-coin_collector": {"level": 5},
+    "tw-treasure_hunter": {"level": 5},
+    "tw-cooking": {"recipe": 1, "take": 1, "go": 1, "open": False, "cook": False, "cut": False, "drop": False, "recipe_seed": 0},
+}
+_BANNER_CHARS = set(" _|$\\/<>")
+
+
+def _strip_banner(text: str) -> str:
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines) and set(lines[i]) <= _BANNER_CHARS:
+        i += 1
+    return "\n".join(lines[i:])
+
+
+def _challenge_settings(challenge: str, split: str, settings: dict[str, Any]) -> dict[str, Any]:
+    full = {**CHALLENGE_DEFAULTS[challenge], **settings}
+    if challenge == "tw-simple":
+        full["test"] = split == "eval"  # held-out object names for eval
+    elif challenge == "tw-cooking":
+        full["split"] = "train" if split == "train" else "valid"
+    return full
+
+
+def game_path(challenge: str, split: str, seed: int, settings: dict[str, Any], root: Path | None = None) -> Path:
+    """Generate (once) and return the compiled game for this challenge, split and seed."""
+    import textworld
+    import textworld.challenges
+
+    full = _challenge_settings(challenge, split, settings)
+    key = hashlib.sha1(json.dumps(full, sort_keys=True).encode()).hexdigest()[:10]
+    folder = (root or cache_dir() / "textworld") / f"{challenge}-{key}" / f"{split}-{seed}"
+    game_file = folder / "game.z8"
+    if game_file.exists() and (folder / "game.json").exists():
+        return game_file
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    (folder.parent / "settings.json").write_text(json.dumps(full, sort_keys=True, indent=1))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{split}-{seed}-", dir=folder.parent))
+    try:
+        options = textworld.GameOptions()
+        options.seeds = (EVAL_SEED_OFFSET if split == "eval" else 0) + seed
+        options.path = str(tmp / "game.z8")
+        options.file_ext = ".z8"
+        options.force_recompile = True
+        make_game = textworld.challenges.CHALLENGES[challenge][1]
+        game = make_game(full, options)
+        textworld.generator.compile_game(game, options)
+        try:
+            os.rename(tmp, folder)  # atomic: another process may have won the race
+        except OSError:
+            if not game_file.exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return game_file
+
+
+class TextWorldEnv:
+    """A TextWorld challenge as an agentkit environment.
+
+    Args:
+        challenge: tw-simple, tw-coin_collector, tw-treasure_hunter or tw-cooking.
+        split: "train" or "eval" (disjoint games).
+        cache: folder for generated games (default ``$AGENTKIT_CACHE/textworld``).
+        **settings: the challenge's settings (e.g. ``level=10``, ``rewards="sparse"``, ``recipe=2``).
+    """
+
+    def __init__(self, challenge: str = "tw-simple", split: str = "train", cache: str | None = None, **settings: Any) -> None:
+        if challenge not in CHALLENGE_DEFAULTS:
+            raise ConfigError(f"Unknown TextWorld challenge {challenge!r}; expected one of {sorted(CHALLENGE_DEFAULTS)}.")
+        if split not in ("train", "eval"):
+            raise ConfigError(f"split must be 'train' or 'eval', got {split!r}.")
+        unknown = sorted(set(settings) - set(CHALLENGE_DEFAULTS[challenge]))
+        if unknown:
+            raise ConfigError(
+                f"{challenge} has no setting(s) {unknown}; its settings are {sorted(CHALLENGE_DEFAULTS[challenge])}."
+            )
+        import textworld  # noqa: F401  (fail early with the install hint)
+
+        self.challenge = challenge
+        self.split = split
+        self.settings = settings
+        self.cache = Path(cache) if cache else None
+        self._env = None
+        self._game_file: Path | None = None
+        self._state = None
+        self._score = 0.0
+        self._done = True
+        self._task = ""
+
+    def _infos(self):
+        import textworld
+
+        return textworld.EnvInfos(
+            admissible_commands=True, policy_commands=True, won=True, lost=True, score=True,
+            max_score=True, objective=True,
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        import textworld
+
+        if seed is None:
+            seed = int.from_bytes(os.urandom(4), "little") % SEEDS_PER_SPLIT
+        if not 0 <= seed < SEEDS_PER_SPLIT:
+            raise ConfigError(f"TextWorld task seeds run from 0 to {SEEDS_PER_SPLIT - 1}, got {seed}.")
+        game_file = game_path(self.challenge, self.split, seed, self.settings, self.cache)
+        if game_file != self._game_file:
+            if self._env is not None:
+                self._env.close()
+            self._env = textworld.start(str(game_file), request_infos=self._infos())
+            self._game_file = game_file
+        state = self._env.reset()
+        self._state, self._score, self._done = state, float(state.score or 0), False
+        self._task = state.objective or ""
+        obs = _strip_banner(state.feedback)
+        return obs, self._info(action_valid=True)
+
+    def _info(self, *, action_valid: bool) -> dict[str, Any]:
+        state = self._state
+        plan = list(state.policy_commands or [])
+        return {
+            "task": self._task,
+            "admissible_actions": list(state.admissible_commands or []),
+            "action_valid": action_valid,
+            "won": bool(state.won),
+            "score": float(state.score or 0),
+            "privileged": ("Expert plan from here: " + " > ".join(plan)) if plan else None,
+            "expert_plan": plan,
+            "max_score": float(state.max_score or 0),
+        }
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._env is None or self._done:
+            raise EnvError("step() called before reset() or after the episode ended; call reset() first.")
+        command = " ".join(str(action).split()).lower()
+        valid = command in (self._state.admissible_commands or [])
+        state, _, done = self._env.step(command)
+        self._state = state
+        score = float(state.score or 0)
+        reward, self._score = score - self._score, score
+        self._done = bool(done)
+        return state.feedback, reward, self._done, False, self._info(action_valid=valid)
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None

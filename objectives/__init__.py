@@ -1,0 +1,1 @@
+"""agentkit.objectives: filled in by later issues."""

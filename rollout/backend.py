@@ -1,0 +1,84 @@
+"""The generation-backend protocol: token ids in, exact sampled ids and logprobs out.
+
+Backends never re-tokenize: the collector hands over token ids and gets back the ids the model
+sampled with the logprob of each under the distribution it was sampled from (after temperature
+and top-p). At temperature 1 and top-p 1 that is the model's own logprob. Greedy decoding
+(temperature 0) records the model's own logprob of the chosen token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample.
+
+    Attributes:
+        temperature: 0 means greedy.
+        top_p: nucleus sampling mass (1 = off).
+        top_k: keep the k most likely tokens (0 = off).
+        max_new_tokens: the most tokens one response may have.
+        stop: strings that end a response (the token that completes one is kept).
+        seed: seeds the backend's sampler.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 48
+    stop: tuple[str, ...] = ("</action>",)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be positive, got {self.max_new_tokens}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled response.
+
+    Attributes:
+        token_ids: the sampled ids, stop token included when one ended the response.
+        logprobs: per sampled id, its logprob under the sampling distribution.
+        finish_reason: "stop" or "length".
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """Batched sampling over token ids.
+
+    Attributes:
+        tokenizer: a Hugging Face tokenizer with a chat template (shared with training).
+        name: the model's name or path, recorded in trajectories.
+        max_context: the most tokens prompt + response may hold.
+    """
+
+    tokenizer: Any
+    name: str
+    max_context: int
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """Sample one response per prompt, all prompts in one batch."""
+        ...

@@ -1,0 +1,38 @@
+"""Settings of ``agentkit rollout``; each field's description is its ``--help`` text."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RolloutConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    env: str = Field("textworld/simple-v0", description="Environment id (see `agentkit envs list`).")
+    model: str | None = Field(None, description="Model folder (Hugging Face format). Default: the tiny model, built on first use.")
+    episodes: int = Field(8, gt=0, description="Number of tasks to play.")
+    group_size: int = Field(1, gt=0, description="Times each task is played; the copies share a `group`.")
+    out: str | None = Field(None, description="Output JSONL file. Default: runs/rollout-<time>.jsonl.")
+    seed: int = Field(0, ge=0, description="First task seed (tasks are seed..seed+episodes-1); also seeds sampling.")
+    split: Literal["train", "eval"] = Field("train", description="Which task split to play.")
+    context: Literal["chat", "window"] = Field("chat", description="chat: one growing conversation (token-exact); window: fresh prompt with the last turns.")
+    window: int = Field(3, ge=0, description="Turns of history in window mode.")
+    max_turns: int = Field(8, gt=0, description="Episodes are truncated after this many turns.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Sample among the k most likely tokens (0 = off).")
+    max_new_tokens: int = Field(32, gt=0, description="Most tokens per response.")
+    max_in_flight: int = Field(0, ge=0, description="Episodes played at once (0 = all).")
+    show_admissible: bool = Field(True, description="List the admissible actions in each observation.")
+    env_kwargs: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Keyword arguments for the environment, e.g. level=10.")
+    device: str = Field("cpu", description="Torch device for the transformers backend.")
+    append: bool = Field(False, description="Append to an existing output file.")
+    overwrite: bool = Field(False, description="Replace an existing output file (the old one stays until the new one is complete).")
+
+    @model_validator(mode="after")
+    def _check(self) -> RolloutConfig:
+        if self.append and self.overwrite:
+            raise ValueError("--append and --overwrite exclude each other; pick one.")
+        return self

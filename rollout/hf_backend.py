@@ -1,0 +1,151 @@
+"""A transformers backend for CPUs (and small GPUs): batched sampling with a KV cache.
+
+Our own decoding loop rather than ``model.generate``: it returns the logprob of each sampled token
+under the exact distribution it was drawn from (temperature, top-k and top-p applied), which
+``generate`` does not expose, and it stops each row on its own stop tokens or strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from agentkit.rollout.backend import Generation, SamplingParams
+
+from agentkit.core.errors import ModelError
+
+
+def load_tokenizer(path: str | Path):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as err:
+        raise ModelError(f"Could not load a tokenizer from {path}: {err}") from err
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelError(f"The tokenizer in {path} has no chat template; agentkit formats every prompt with one.")
+    return tokenizer
+
+
+def load_causal_lm(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu"):
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise ModelError(
+            f"{path} is not a model folder (no config.json). Build one with: agentkit model init --out {path}"
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    except (OSError, ValueError) as err:
+        raise ModelError(f"Could not load the model in {path}: {err}") from err
+    return model.to(device).eval()
+
+
+def sample_logprobs(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row; return (token ids [B], their logprobs under the sampling distribution [B])."""
+    logits = logits.float()  # [B, V]
+    if params.temperature == 0:
+        logprobs = torch.log_softmax(logits, dim=-1)  # [B, V]
+        tokens = logprobs.argmax(dim=-1)  # [B]
+        return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
+    logits = logits / params.temperature
+    if params.top_k > 0 and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]  # [B, 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [B, V]
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # drop a token when the mass before it already reaches top_p (the first token always stays)
+        drop_sorted = (probs.cumsum(dim=-1) - probs) >= params.top_p  # [B, V]
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    logprobs = torch.log_softmax(logits, dim=-1)  # [B, V]
+    tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)  # [B]
+    return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
+
+
+class HFBackend:
+    """Sampling with a Hugging Face causal LM.
+
+    Args:
+        model: a model folder, or an already-loaded ``PreTrainedModel`` (training shares it).
+        tokenizer: required when ``model`` is a loaded model.
+        device: "cpu" or "cuda".
+        seed: seeds the sampler; the same seed and batches give the same samples.
+    """
+
+    def __init__(self, model, tokenizer=None, *, device: str = "cpu", seed: int = 0, name: str | None = None) -> None:
+        if isinstance(model, (str, Path)):
+            self.name = name or str(model)
+            self.tokenizer = tokenizer or load_tokenizer(model)
+            self.model = load_causal_lm(model, device=device)
+        else:
+            if tokenizer is None:
+                raise ValueError("HFBackend: pass the tokenizer along with a loaded model.")
+            self.name = name or getattr(model.config, "_name_or_path", "model")
+            self.model, self.tokenizer = model, tokenizer
+        self.device = device
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.max_context = int(getattr(self.model.config, "max_position_embeddings", 4096))
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.stop_ids = {i for i in (self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
+                         if isinstance(i, int) and i >= 0 and i != self.tokenizer.unk_token_id}
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        if not prompts:
+            return []
+        batch = len(prompts)
+        lengths = [len(p) for p in prompts]
+        if min(lengths) == 0:
+            raise ValueError("generate(): every prompt needs at least one token.")
+        width = max(lengths)
+        # left padding: every row's last prompt token sits in the last column
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((batch, width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            attention[row, width - len(prompt):] = 1
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)  # [B, W]
+        input_ids, attention, positions = (t.to(self.device) for t in (input_ids, attention, positions))
+
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        tokens_out: list[list[int]] = [[] for _ in range(batch)]
+        logprobs_out: list[list[float]] = [[] for _ in range(batch)]
+        finish = ["length"] * batch
+        active = torch.ones(batch, dtype=torch.bool)
+        stop_strings = tuple(s for s in params.stop if s)
+        tail_tokens = max((len(s) for s in stop_strings), default=0) + 2
+        step_ids, step_pos = input_ids, positions
+        for _ in range(params.max_new_tokens):
+            out = self.model(input_ids=step_ids, attention_mask=attention, position_ids=step_pos,
+                             past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            next_tokens, next_logprobs = sample_logprobs(out.logits[:, -1, :], params, self.generator)
+            next_list, lp_list = next_tokens.tolist(), next_logprobs.tolist()
+            for row in range(batch):
+                if not active[row]:
+                    continue
+                token = next_list[row]
+                tokens_out[row].append(token)
+                logprobs_out[row].append(lp_list[row])
+                if token in self.stop_ids:
+                    active[row], finish[row] = False, "stop"
+                elif stop_strings:
+                    tail = self.tokenizer.decode(tokens_out[row][-tail_tokens:])
+                    if any(s in tail for s in stop_strings):
+                        active[row], finish[row] = False, "stop"
+            if not active.any():
+                break
+            fed = next_tokens.masked_fill(~active.to(next_tokens.device), self.pad_id)
+            step_ids = fed[:, None]
+            step_pos = step_pos[:, -1:] + 1
+            attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=attention.device)], dim=1)
+        return [Generation(tokens_out[r], logprobs_out[r], finish[r]) for r in range(batch)]

@@ -1,0 +1,1 @@
+"""agentkit.skillbank: filled in by later issues."""

@@ -1,0 +1,1 @@
+"""agentkit.teachers: filled in by later issues."""

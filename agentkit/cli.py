@@ -67,8 +67,17 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         stats, out = run_rollout(cfg, model_dir, progress=progress, out=out)
     finally:
         bar.close()
-    _print_summary(console, cfg.env, stats, out)
+    _print_summary(_stdout_console(), cfg.env, stats, out)
     return 0
+
+
+def _stdout_console():
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # logs and pipes get the whole table on one line per row
+        console.width = max(console.width, 140)
+    return console
 
 
 def _print_summary(console, env_id: str, stats, out: Path) -> None:
@@ -86,7 +95,6 @@ def _print_summary(console, env_id: str, stats, out: Path) -> None:
 
 # -- envs -------------------------------------------------------------------------------------
 def cmd_envs_list(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from agentkit.envs import status
@@ -96,7 +104,7 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
         table.add_column(col)
     for row in status():
         table.add_row(row.id, "installed" if row.available else "[red]unavailable[/red]", row.detail, row.distribution)
-    Console().print(table)
+    _stdout_console().print(table)
     return 0
 
 

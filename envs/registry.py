@@ -7,6 +7,7 @@ keyword arguments given to ``make``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from agentkit.envs.protocol import Env
 from agentkit.envs.wrappers import ActionParser, CleanObservation, ParseAction, TurnLimit
 
-from agentkit.core.errors import AgentkitError, EnvError, MissingDependencyError
+from agentkit.core.errors import AgentkitError, ConfigError, EnvError, MissingDependencyError
 from agentkit.core.plugins import PluginRegistry, PluginSpec
 
 REGISTRY = PluginRegistry("agentkit.envs", "environment")
@@ -22,13 +23,13 @@ REGISTRY = PluginRegistry("agentkit.envs", "environment")
 _TW = "agentkit.envs.textworld_env:TextWorldEnv"
 _BUILTINS = [
     PluginSpec("textworld/simple-v0", _TW, "textworld", defaults=(("challenge", "tw-simple"),),
-               description="TextWorld tw-simple: a house, a goal chain (rewards dense|balanced|sparse, goal detailed|brief|none)"),
+               description="TextWorld tw-simple (rewards, goal)"),
     PluginSpec("textworld/coin-v0", _TW, "textworld", defaults=(("challenge", "tw-coin_collector"),),
-               description="TextWorld Coin Collector: find the coin (level 1-300)"),
+               description="TextWorld Coin Collector (level)"),
     PluginSpec("textworld/treasure-v0", _TW, "textworld", defaults=(("challenge", "tw-treasure_hunter"),),
-               description="TextWorld Treasure Hunter: find the named object (level 1-30)"),
+               description="TextWorld Treasure Hunter (level)"),
     PluginSpec("textworld/cooking-v0", _TW, "textworld", defaults=(("challenge", "tw-cooking"),),
-               description="TextWorld Cooking: gather and prepare a recipe (recipe, take, go, open, cook, cut, drop)"),
+               description="TextWorld Cooking (recipe, take, go, open, cook, cut, drop)"),
 ]
 for _spec in _BUILTINS:
     REGISTRY.register(_spec)
@@ -90,6 +91,10 @@ def make(
     if not callable(factory):
         raise EnvError(f"Environment {id!r} (from {spec.distribution!r}) resolved to {factory!r}, which is not callable.")
     params = {**dict(spec.defaults), **kwargs}
+    if "split" in params and not _accepts(factory, "split"):
+        # environments without splits play their one task set; asking for another is an error
+        if params.pop("split") not in (None, "train"):
+            raise ConfigError(f"Environment {id!r} has no task splits (its factory takes no 'split' argument); use split 'train'.")
     try:
         env = factory(**params)
     except TypeError as err:
@@ -114,6 +119,14 @@ def make(
     if max_turns is not None:
         env = TurnLimit(env, max_turns)
     return env
+
+
+def _accepts(factory: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def status() -> list[EnvStatus]:

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,10 @@ def game_path(challenge: str, split: str, seed: int, settings: dict[str, Any], r
         options.file_ext = ".z8"
         options.force_recompile = True
         make_game = textworld.challenges.CHALLENGES[challenge][1]
-        game = make_game(full, options)
-        textworld.generator.compile_game(game, options)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is not fully supported.*")
+            game = make_game(full, options)
+            textworld.generator.compile_game(game, options)
         try:
             os.rename(tmp, folder)  # atomic: another process may have won the race
         except OSError:
@@ -139,7 +142,10 @@ class TextWorldEnv:
         if game_file != self._game_file:
             if self._env is not None:
                 self._env.close()
-            self._env = textworld.start(str(game_file), request_infos=self._infos())
+            with warnings.catch_warnings():
+                # jericho warns that generated games lack its per-game tables; TextWorld tracks score itself
+                warnings.filterwarnings("ignore", message=".*is not fully supported.*")
+                self._env = textworld.start(str(game_file), request_infos=self._infos())
             self._game_file = game_file
         state = self._env.reset()
         self._state, self._score, self._done = state, float(state.score or 0), False

@@ -11,7 +11,7 @@ from agentkit.rollout.backend import SamplingParams
 from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats
 from agentkit.rollout.config import RolloutConfig
 
-from agentkit.core.errors import ConfigError, ModelError, OutputExistsError
+from agentkit.core.errors import AgentkitError, ConfigError, ModelError, OutputExistsError
 from agentkit.core.jsonl import TrajectoryWriter
 
 
@@ -60,7 +60,13 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
     specs = [EpisodeSpec(seed=cfg.seed + task, sample=s) for task in range(cfg.episodes) for s in range(cfg.group_size)]
     mode = "append" if cfg.append else "overwrite" if cfg.overwrite else "new"
     try:
-        with TrajectoryWriter(out, mode=mode) as writer:
+        writer = TrajectoryWriter(out, mode=mode)
+    except AgentkitError:
+        raise
+    except OSError as err:
+        raise ConfigError(f"Cannot write {out}: {err}") from err
+    try:
+        with writer:
             stats = collector.run(specs, writer.write, progress=progress)
     finally:
         collector.close()

@@ -1,0 +1,1 @@
+"""A third-party environment for agentkit, registered by entry point only."""

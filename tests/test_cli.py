@@ -1,0 +1,116 @@
+"""`agentkit` end to end, as a user runs it: real subprocesses, real model, real games."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentkit.core.jsonl import read_trajectories
+
+
+def run_cli(*args: str, cwd: Path | None = None, extra_path: Path | None = None, timeout: int = 300):
+    env = dict(os.environ)
+    if extra_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "agentkit.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+def test_help_is_fast():
+    start = time.perf_counter()
+    result = run_cli("--help")
+    assert result.returncode == 0 and "rollout" in result.stdout
+    assert time.perf_counter() - start < 1.5  # interpreter start included; the CLI itself imports no torch
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "agentkit.cli", "--help"], capture_output=True, text=True)
+    assert " torch" not in out.stderr and "transformers" not in out.stderr
+
+
+@pytest.mark.textworld
+def test_rollout_textworld_writes_valid_trajectories(tiny_model_dir, tmp_path):
+    pytest.importorskip("textworld")
+    out = tmp_path / "tw.jsonl"
+    result = run_cli("rollout", "--env", "textworld/simple-v0", "--model", str(tiny_model_dir), "--episodes", "2",
+                     "--group-size", "2", "--max-turns", "3", "--out", str(out), "--seed", "5")
+    assert result.returncode == 0, result.stderr
+    assert "success rate" in result.stdout and "tokens/s" in result.stdout
+    trajectories = read_trajectories(out, strict=True)
+    assert len(trajectories) == 4
+    assert sorted({t.seed for t in trajectories}) == [5, 6]
+    assert all(len(t.turns) == 3 and t.env == "textworld/simple-v0" for t in trajectories)
+
+
+def test_rollout_on_plugin_environment(tiny_model_dir, plugin_site, tmp_path):
+    listed = run_cli("envs", "list", extra_path=plugin_site)
+    assert "demo/lock-v0" in listed.stdout and "agentkit-plugin-demo" in listed.stdout
+    checked = run_cli("envs", "check", "demo/lock-v0", extra_path=plugin_site)
+    assert checked.returncode == 0, checked.stderr
+    out = tmp_path / "lock.jsonl"
+    result = run_cli("rollout", "--env", "demo/lock-v0", "--model", str(tiny_model_dir), "--episodes", "3",
+                     "--max-turns", "2", "--out", str(out), "--context", "window", extra_path=plugin_site)
+    assert result.returncode == 0, result.stderr
+    trajectories = read_trajectories(out, strict=True)
+    assert len(trajectories) == 3 and all(t.env == "demo/lock-v0" for t in trajectories)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--env", "textworld/simpel-v0"], "Did you mean 'textworld/simple-v0'"),
+        (["--episodes", "0"], r"--episodes .*greater than 0"),
+        (["--group-size", "-1"], r"--group-size .*greater than 0"),
+        (["--model", "/nonexistent/model"], "no model there"),
+        (["--append", "--overwrite"], "exclude each other"),
+        (["--out", "{tmp}/afile/t.jsonl"], "Cannot write"),
+        (["--env-kwargs", "level"], "key=value"),
+    ],
+)
+def test_bad_input_is_a_clear_error(tiny_model_dir, tmp_path, args, message):
+    (tmp_path / "afile").write_text("a file, not a folder")
+    base = ["rollout", "--model", str(tiny_model_dir), "--out", str(tmp_path / "o.jsonl")]
+    result = run_cli(*base, *[a.format(tmp=tmp_path) for a in args])
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    import re
+
+    assert re.search(message, result.stderr), result.stderr
+
+
+def test_existing_output_is_refused_then_appended(tiny_model_dir, plugin_site, tmp_path):
+    out = tmp_path / "t.jsonl"
+    out.write_text("precious\n")
+    common = ["rollout", "--env", "demo/lock-v0", "--model", str(tiny_model_dir), "--episodes", "1", "--max-turns", "1",
+              "--out", str(out)]
+    refused = run_cli(*common, extra_path=plugin_site)
+    assert refused.returncode == 2 and "--append" in refused.stderr
+    assert out.read_text() == "precious\n"
+
+    out.unlink()
+    assert run_cli(*common, extra_path=plugin_site).returncode == 0
+    assert run_cli(*common, "--append", "--seed", "1", extra_path=plugin_site).returncode == 0
+    assert [t.seed for t in read_trajectories(out, strict=True)] == [0, 1]
+    assert run_cli(*common, "--overwrite", "--seed", "2", extra_path=plugin_site).returncode == 0
+    assert [t.seed for t in read_trajectories(out, strict=True)] == [2]
+
+
+@pytest.mark.textworld
+def test_rollout_with_no_flags_just_works(tmp_path, agentkit_cache):
+    """The README's main command: defaults everywhere, the default model built on first use."""
+    pytest.importorskip("textworld")
+    result = run_cli("rollout", "--quiet", cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr
+    files = list((tmp_path / "runs").glob("rollout-*.jsonl"))
+    assert len(files) == 1 and len(read_trajectories(files[0], strict=True)) == 8
+    assert (agentkit_cache / "models" / "tiny-v1" / "config.json").exists()
+
+
+def test_model_init_refuses_non_empty_folder(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "keep.txt").write_text("x")
+    result = run_cli("model", "init", "--out", str(tmp_path / "m"))
+    assert result.returncode == 2 and "not empty" in result.stderr
+    assert (tmp_path / "m" / "keep.txt").read_text() == "x"

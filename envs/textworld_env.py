@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -34,6 +35,7 @@ CHALLENGE_DEFAULTS: dict[str, dict[str, Any]] = {
     "tw-treasure_hunter": {"level": 5},
     "tw-cooking": {"recipe": 1, "take": 1, "go": 1, "open": False, "cook": False, "cut": False, "drop": False, "recipe_seed": 0},
 }
+_SAFE_COMMAND = re.compile(r"[^a-z0-9 ,.'-]")
 _BANNER_CHARS = set(" _|$\\/<>")
 
 
@@ -172,7 +174,12 @@ class TextWorldEnv:
             raise EnvError("step() called before reset() or after the episode ended; call reset() first.")
         command = " ".join(str(action).split()).lower()
         valid = command in (self._state.admissible_commands or [])
-        state, _, done = self._env.step(command)
+        # the Z-machine interpreter reads a backslash as an interpreter escape (\quit, \help) and
+        # chokes on non-ASCII: pass it only the characters game commands are made of
+        safe = " ".join(_SAFE_COMMAND.sub(" ", command).split())
+        if not safe:
+            return "That command has no words the game understands.", 0.0, False, False, self._info(action_valid=False)
+        state, _, done = self._env.step(safe)
         self._state = state
         score = float(state.score or 0)
         reward, self._score = score - self._score, score

@@ -42,6 +42,7 @@ class RolloutStats:
     wall_s: float = 0.0
     generate_s: float = 0.0
     env_s: float = 0.0
+    reset_s: float = 0.0
     generate_calls: int = 0
 
     @property
@@ -212,7 +213,9 @@ class Collector:
 
         def refill() -> None:
             while pending and len(active) < limit:
+                t_reset = time.perf_counter()
                 started = self._start(pending.popleft())
+                stats.reset_s += time.perf_counter() - t_reset
                 if isinstance(started, Trajectory):
                     emit(started)
                 else:

@@ -44,7 +44,7 @@ def test_invalid_commands_are_flagged_not_raised():
     env = make("textworld/coin-v0")
     try:
         env.reset(seed=2)
-        for bad in ("xyzzy", "take the moon", "", "go nowhere" * 50):
+        for bad in ("xyzzy", "take the moon", "", "go nowhere" * 50, "\\quit", "\\restart", "\u00e9\u00e8 \x00", "quit"):
             _, reward, terminated, _, info = env.step(bad)
             assert info["action_valid"] is False and reward == 0 and not terminated
     finally:

@@ -39,10 +39,11 @@ class RecordingBackend:
 
 def measure(env_id: str, model_dir: Path, batch: int, turns: int, max_new_tokens: int, context: str, seed: int,
             env_kwargs: dict) -> dict:
-    from agentkit.core.jsonl import TrajectoryWriter
     from agentkit.envs import ActionParser, make
     from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
     from agentkit.rollout.hf_backend import HFBackend
+
+    from agentkit.core.jsonl import TrajectoryWriter
 
     backend = HFBackend(model_dir, seed=seed)
     # fixed-length responses on both sides: no stop strings, so every batch is the same work

@@ -36,6 +36,7 @@ CHALLENGE_DEFAULTS: dict[str, dict[str, Any]] = {
     "tw-cooking": {"recipe": 1, "take": 1, "go": 1, "open": False, "cook": False, "cut": False, "drop": False, "recipe_seed": 0},
 }
 _SAFE_COMMAND = re.compile(r"[^a-z0-9 ,.'-]")
+_MAX_COMMAND_CHARS = 190  # the interpreter truncates longer input
 _BANNER_CHARS = set(" _|$\\/<>")
 
 
@@ -177,7 +178,7 @@ class TextWorldEnv:
         # the Z-machine interpreter reads a backslash as an interpreter escape (\quit, \help) and
         # chokes on non-ASCII: pass it only the characters game commands are made of
         safe = " ".join(_SAFE_COMMAND.sub(" ", command).split())
-        if not safe:
+        if not safe or len(safe) > _MAX_COMMAND_CHARS:
             return "That command has no words the game understands.", 0.0, False, False, self._info(action_valid=False)
         state, _, done = self._env.step(safe)
         self._state = state

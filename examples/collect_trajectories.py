@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
 from agentkit.envs import ActionParser, make
-from agentkit.models import ensure_default_model
 from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
 from agentkit.rollout.hf_backend import HFBackend
+
+from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
+from agentkit.models import ensure_default_model
 
 
 def main() -> None:

@@ -15,10 +15,18 @@ from typing import Any
 from agentkit.envs.protocol import Env
 from agentkit.envs.wrappers import ActionParser, CleanObservation, ParseAction, TurnLimit
 
-from agentkit.core.errors import AgentkitError, ConfigError, EnvError, MissingDependencyError
+from agentkit.core.errors import (
+    AgentkitError,
+    ConfigError,
+    EnvError,
+    MissingDependencyError,
+    UnknownNameError,
+)
 from agentkit.core.plugins import PluginRegistry, PluginSpec
 
 REGISTRY = PluginRegistry("agentkit.envs", "environment")
+# id prefixes of the environment families that optional extras provide
+EXTRA_FAMILIES = {"textworld": "textworld", "alfworld": "alfworld", "scienceworld": "scienceworld", "search-qa": "search"}
 
 _TW = "agentkit.envs.textworld_env:TextWorldEnv"
 _BUILTINS = [
@@ -69,6 +77,20 @@ class EnvStatus:
     distribution: str
 
 
+def lookup(id: str) -> PluginSpec:
+    """The registration of ``id``; an unknown id gets "did you mean" and, for a family an extra
+    provides, the install command."""
+    try:
+        return REGISTRY.spec(id)
+    except UnknownNameError as err:
+        family = id.split("/")[0]
+        if family in EXTRA_FAMILIES:
+            raise UnknownNameError(
+                f"{err} Environments named '{family}/...' come with: pip install 'agentkit[{EXTRA_FAMILIES[family]}]'"
+            ) from err
+        raise
+
+
 def make(
     id: str,
     *,
@@ -87,6 +109,7 @@ def make(
         clean: strip prompt characters and padding from observations (``CleanObservation``).
         **kwargs: passed to the environment's factory, over its registered defaults.
     """
+    lookup(id)
     spec, factory = REGISTRY.load(id)
     if not callable(factory):
         raise EnvError(f"Environment {id!r} (from {spec.distribution!r}) resolved to {factory!r}, which is not callable.")

@@ -6,7 +6,8 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from agentkit.envs import REGISTRY, ActionParser, make
+from agentkit.envs import ActionParser, make
+from agentkit.envs.registry import lookup
 from agentkit.rollout.backend import SamplingParams
 from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats
 from agentkit.rollout.config import RolloutConfig
@@ -39,7 +40,7 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
     """Play ``cfg.episodes`` tasks ``cfg.group_size`` times each and write the trajectories."""
     out = Path(out or cfg.out or default_out_path())
     check_output(out, append=cfg.append, overwrite=cfg.overwrite)
-    REGISTRY.spec(cfg.env)  # unknown id -> did-you-mean, before anything is loaded
+    lookup(cfg.env)  # unknown id -> did-you-mean, before anything is loaded
     if not (model_dir / "config.json").exists():
         raise ModelError(f"--model {model_dir}: no model there (no config.json). Build one with: agentkit model init --out {model_dir}")
 

@@ -15,9 +15,12 @@ textworld = pytest.importorskip("textworld", reason="needs the textworld extra")
 TEXTWORLD_IDS = [n for n in REGISTRY.names() if n.startswith("textworld/")]
 
 
-def test_unknown_id_did_you_mean():
-    with pytest.raises(UnknownNameError, match=r"Did you mean 'textworld/coin-v0'"):
+def test_unknown_id_did_you_mean_and_extra():
+    with pytest.raises(UnknownNameError, match=r"Did you mean 'textworld/coin-v0'.*pip install 'agentkit\[textworld\]'"):
         make("textworld/coins-v0")
+    with pytest.raises(UnknownNameError, match=r"Unknown environment 'nothing-v0'\.") as info:
+        make("nothing-v0")
+    assert "pip install" not in str(info.value)
 
 
 @pytest.mark.parametrize("env_id", TEXTWORLD_IDS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,15 @@ def run_cli(*args: str, cwd: Path | None = None, extra_path: Path | None = None,
                           cwd=cwd, env=env, timeout=timeout)
 
 
-def test_help_is_fast():
-    start = time.perf_counter()
+def test_help_imports_nothing_heavy():
+    """--help answers in well under a second because it imports no torch, transformers or
+    environment package (a structural check; timings belong in benchmarks)."""
     result = run_cli("--help")
     assert result.returncode == 0 and "rollout" in result.stdout
-    assert time.perf_counter() - start < 1.5  # interpreter start included; the CLI itself imports no torch
-    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "agentkit.cli", "--help"], capture_output=True, text=True)
-    assert " torch" not in out.stderr and "transformers" not in out.stderr
+    for args in (["--help"], ["rollout", "--help"], ["envs", "--help"]):
+        out = subprocess.run([sys.executable, "-X", "importtime", "-m", "agentkit.cli", *args], capture_output=True, text=True)
+        imported = {line.split("|")[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line}
+        assert not imported & {"torch", "transformers", "textworld", "tokenizers", "numpy"}, args
 
 
 @pytest.mark.textworld

@@ -11,7 +11,16 @@ spaces satisfies it. ``info`` always carries the keys in ``INFO_KEYS``:
 - ``score``: the environment's own score (cumulative, for display; rewards are differences).
 - ``privileged``: text only a teacher may see (expert plan, gold answer), or None.
 
-Rewards are per step, never cumulative.
+Optional keys with fixed meaning:
+
+- ``expert_plan``: list of actions that solve the task from the current state (TextWorld's
+  policy commands, ALFWorld's planner, ScienceWorld's gold path, Search-QA's search-then-answer).
+  ``agentkit envs check`` and ``agentkit demos`` play it; teachers may read it.
+- ``error``: set when the episode was cut by a failure outside the game (a crashed worker).
+
+Rewards are per step, never cumulative. ``reset(seed=s)`` picks task ``s`` of the environment's
+split deterministically; splits are a constructor argument (``split="train"`` always exists;
+held-out splits are named by the adapter, e.g. ``"eval"``, ``"eval_out"``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ class RolloutConfig(BaseModel):
     group_size: int = Field(1, gt=0, description="Times each task is played; the copies share a `group`.")
     out: str | None = Field(None, description="Output JSONL file. Default: runs/rollout-<time>.jsonl.")
     seed: int = Field(0, ge=0, description="First task seed (tasks are seed..seed+episodes-1); also seeds sampling.")
-    split: Literal["train", "eval"] = Field("train", description="Which task split to play.")
+    split: str = Field("train", description="Which task split to play (train, eval, or an environment's own held-out split).")
     context: Literal["chat", "window"] = Field("chat", description="chat: one growing conversation (token-exact); window: fresh prompt with the last turns.")
     window: int = Field(3, ge=0, description="Turns of history in window mode.")
     max_turns: int = Field(8, gt=0, description="Episodes are truncated after this many turns.")

@@ -109,15 +109,27 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 
 
 def cmd_envs_check(args: argparse.Namespace) -> int:
-    from agentkit.envs import check_env, make
+    import time
+
+    from agentkit.envs import check_env, make, play_expert
 
     env = make(args.id, **_parse_kv(args.env_kwargs or []))
     try:
         check_env(env, seed=args.seed)
+        print(f"{args.id}: check_env passed")
+        if "expert_plan" not in env.reset(seed=args.seed)[1]:
+            print(f"{args.id}: no info['expert_plan']; no expert to play")
+            return 0
+        won = 0
+        for seed in range(args.seed, args.seed + args.tasks):
+            start = time.perf_counter()
+            ok, steps = play_expert(env, seed)
+            won += ok
+            print(f"  task {seed}: expert {'won' if ok else 'LOST'} in {steps} steps ({time.perf_counter() - start:.1f} s)")
     finally:
         env.close()
-    print(f"{args.id}: check_env passed")
-    return 0
+    print(f"{args.id}: expert won {won}/{args.tasks} tasks")
+    return 0 if won == args.tasks else 1
 
 
 # -- model ------------------------------------------------------------------------------------
@@ -151,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_envs_list)
     p = envs.add_parser("check", help="Validate an environment against the protocol.")
     p.add_argument("id", help="Environment id.")
-    p.add_argument("--seed", type=int, default=0, help="Task seed to check with.")
+    p.add_argument("--seed", type=int, default=0, help="First task seed to check with.")
+    p.add_argument("--tasks", type=int, default=3, help="Tasks on which to play the expert plan (all must be won).")
     p.add_argument("--env-kwargs", nargs="*", metavar="KEY=VALUE", help="Environment settings.")
     p.set_defaults(func=cmd_envs_check)
 

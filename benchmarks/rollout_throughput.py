@@ -13,6 +13,7 @@ writing).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -32,16 +33,17 @@ class RecordingBackend:
         self.tokenizer, self.name, self.max_context = inner.tokenizer, inner.name, inner.max_context
         self.batches: list[list[list[int]]] = []
 
-    def generate(self, prompts, params):
-        self.batches.append([list(p) for p in prompts])
-        return self.inner.generate(prompts, params)
+    def generate(self, prompts, params, seeds=None):
+        self.batches.append(([list(p) for p in prompts], list(seeds) if seeds is not None else None))
+        return self.inner.generate(prompts, params, seeds)
 
 
 def measure(env_id: str, model_dir: Path, batch: int, turns: int, max_new_tokens: int, context: str, seed: int,
-            env_kwargs: dict) -> dict:
+            env_kwargs: dict, env_workers: int = 0) -> dict:
     from agentkit.envs import ActionParser, make
     from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
     from agentkit.rollout.hf_backend import HFBackend
+    from agentkit.rollout.workers import InProcessEnvs, WorkerPool
 
     from agentkit.core.jsonl import TrajectoryWriter
 
@@ -52,9 +54,7 @@ def measure(env_id: str, model_dir: Path, batch: int, turns: int, max_new_tokens
     # environment really step every turn, as it does for a trained policy
     parser = ActionParser(require_match=False)
 
-    def make_env():
-        return make(env_id, max_turns=turns, action_parser=parser, **env_kwargs)
-
+    make_env = functools.partial(make, env_id, max_turns=turns, action_parser=parser, **env_kwargs)
     warm = make_env()  # generate (or load) the games outside the timed region
     for task in range(batch):
         warm.reset(seed=seed + task)
@@ -62,7 +62,14 @@ def measure(env_id: str, model_dir: Path, batch: int, turns: int, max_new_tokens
     backend.generate([[1, 2, 3]], params)  # warm up kernels
 
     recorder = RecordingBackend(backend)
-    collector = Collector(recorder, make_env, env_id=env_id, sampling=params, context=context)
+    envs = WorkerPool(make_env, env_workers) if env_workers else InProcessEnvs(make_env)
+    if env_workers:  # start the worker processes (interpreter + imports) outside the timed region
+        for slot in range(env_workers):
+            envs.submit(slot, "reset", seed)
+        started = 0
+        while started < env_workers:
+            started += len(envs.poll(None))
+    collector = Collector(recorder, envs, env_id=env_id, sampling=params, context=context)
     backend.reseed(seed)
     with tempfile.TemporaryDirectory() as tmp, TrajectoryWriter(Path(tmp) / "t.jsonl") as writer:
         stats = collector.run([EpisodeSpec(seed + t) for t in range(batch)], writer.write)
@@ -70,8 +77,8 @@ def measure(env_id: str, model_dir: Path, batch: int, turns: int, max_new_tokens
 
     backend.reseed(seed)
     raw_tokens, start = 0, time.perf_counter()
-    for prompts in recorder.batches:
-        raw_tokens += sum(len(g.token_ids) for g in backend.generate(prompts, params))
+    for prompts, seeds in recorder.batches:
+        raw_tokens += sum(len(g.token_ids) for g in backend.generate(prompts, params, seeds))
     raw_s = time.perf_counter() - start
     assert raw_tokens == stats.generated_tokens, (raw_tokens, stats.generated_tokens)
 
@@ -79,7 +86,7 @@ def measure(env_id: str, model_dir: Path, batch: int, turns: int, max_new_tokens
     raw_tps = raw_tokens / raw_s
     other_s = stats.wall_s - stats.generate_s - stats.env_s - stats.reset_s
     return {
-        "env": env_id, "batch": batch, "turns": turns, "max_new_tokens": max_new_tokens, "context": context,
+        "env": env_id, "env_workers": env_workers, "batch": batch, "turns": turns, "max_new_tokens": max_new_tokens, "context": context,
         "tokens": raw_tokens, "generate_calls": len(recorder.batches),
         "collector_tokens_per_s": round(collector_tps, 1), "raw_tokens_per_s": round(raw_tps, 1),
         "ratio": round(collector_tps / raw_tps, 3),
@@ -88,6 +95,7 @@ def measure(env_id: str, model_dir: Path, batch: int, turns: int, max_new_tokens
         "share_env_step": round(stats.env_s / stats.wall_s, 3),
         "share_env_reset": round(stats.reset_s / stats.wall_s, 3),
         "share_bookkeeping": round(other_s / stats.wall_s, 3),
+        "generation_idle_share": round(stats.generation_idle_s / stats.wall_s, 3),
     }
 
 
@@ -100,6 +108,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--context", default="chat", choices=["chat", "window"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--env-workers", type=int, nargs="+", default=[0, 2],
+                        help="Worker-process counts to measure (0 = environments in the collector's process).")
     parser.add_argument("--json", help="Append the results as JSON lines to this file.")
     args = parser.parse_args()
 
@@ -112,10 +122,13 @@ def main() -> None:
     model_dir = Path(args.model) if args.model else ensure_default_model()
     rows = []
     for env_id in args.env or ["textworld/simple-v0", "textworld/coin-v0"]:
-        row = measure(env_id, model_dir, args.batch, args.turns, args.max_new_tokens, args.context, args.seed, {})
-        row.update(machine=f"{platform.machine()}, {os.cpu_count()} cores", date=str(date.today()), model=str(model_dir))
-        rows.append(row)
-        print(json.dumps(row))
+        for workers in args.env_workers:
+            row = measure(env_id, model_dir, args.batch, args.turns, args.max_new_tokens, args.context, args.seed, {},
+                          workers)
+            row.update(machine=f"{platform.machine()}, {os.cpu_count()} cores", date=str(date.today()),
+                       model=str(model_dir))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     if args.json:
         with open(args.json, "a") as f:
             for row in rows:

@@ -82,3 +82,21 @@ def check_env(env: Env, *, seed: int = 0, max_steps: int = 8, invalid_action: st
             raise EnvError(f"step({action!r}): an admissible action came back with action_valid=False.")
         if terminated or truncated:
             break
+
+
+def play_expert(env: Env, seed: int, *, max_steps: int = 200) -> tuple[bool, int]:
+    """Play ``info['expert_plan']`` from reset (re-reading it after each step, since planners
+    recompute it) and return (won, steps). Raises ``EnvError`` if the environment has no plan."""
+    _, info = env.reset(seed=seed)
+    if "expert_plan" not in info:
+        raise EnvError("this environment gives no info['expert_plan'], so its expert cannot be played.")
+    steps = 0
+    while steps < max_steps:
+        plan = info.get("expert_plan") or []
+        if not plan:
+            break
+        _, _, terminated, truncated, info = env.step(plan[0])
+        steps += 1
+        if terminated or truncated:
+            break
+    return bool(info["won"]), steps

@@ -25,6 +25,7 @@ from agentkit.core.errors import (
 from agentkit.core.plugins import PluginRegistry, PluginSpec
 
 REGISTRY = PluginRegistry("agentkit.envs", "environment")
+PARSES_ACTIONS = "parses-actions"  # tag: the environment parses the model's whole response itself
 # id prefixes of the environment families that optional extras provide
 EXTRA_FAMILIES = {"textworld": "textworld", "alfworld": "alfworld", "scienceworld": "scienceworld", "search-qa": "search"}
 
@@ -39,6 +40,15 @@ _BUILTINS = [
     PluginSpec("textworld/cooking-v0", _TW, "textworld", defaults=(("challenge", "tw-cooking"),),
                description="TextWorld Cooking (recipe, take, go, open, cook, cut, drop)"),
 ]
+_BUILTINS += [
+    PluginSpec("alfworld/alfworld-v0", "agentkit.envs.alfworld_env:AlfWorldEnv", "alfworld",
+               description="ALFWorld household tasks, generated offline (or the official games via ALFWORLD_DATA)"),
+    PluginSpec("scienceworld/scienceworld-v0", "agentkit.envs.scienceworld_env:ScienceWorldEnv", "scienceworld",
+               description="ScienceWorld's 30 science tasks (tasks, simplifications; needs Java)"),
+    PluginSpec("search-qa/generated-v0", "agentkit.envs.search_qa_env:SearchQAEnv", "search",
+               description="Search-R1-style QA over a generated corpus (retriever bm25s|pyserini|http)",
+               tags=frozenset({PARSES_ACTIONS})),
+]
 for _spec in _BUILTINS:
     REGISTRY.register(_spec)
 
@@ -49,6 +59,7 @@ def register(
     *,
     extra: str | None = None,
     description: str = "",
+    parses_actions: bool = False,
     overwrite: bool = False,
     **defaults: Any,
 ) -> None:
@@ -59,12 +70,15 @@ def register(
         entry_point: ``"package.module:Factory"`` or the factory itself.
         extra: the agentkit extra that installs its dependencies, for error messages.
         description: one line for ``agentkit envs list``.
+        parses_actions: the environment parses the model's whole response itself; the collector
+            then passes it through without the ``<action>`` parser.
         overwrite: replace an existing registration.
         **defaults: keyword arguments passed to the factory (overridden by ``make``'s).
     """
     REGISTRY.register(
         PluginSpec(id, entry_point, extra, distribution="(registered at run time)",
-                   defaults=tuple(defaults.items()), description=description),
+                   defaults=tuple(defaults.items()), description=description,
+                   tags=frozenset({PARSES_ACTIONS} if parses_actions else ())),
         overwrite=overwrite,
     )
 
@@ -75,6 +89,17 @@ class EnvStatus:
     available: bool
     detail: str  # the description, or what is missing
     distribution: str
+
+
+def parses_own_actions(id: str) -> bool:
+    """True for environments that read the model's whole response themselves (tool-use formats
+    like Search-R1's ``<search>``/``<answer>``) instead of an ``<action>`` tag. Registered with
+    ``register(..., parses_actions=True)``, or a factory attribute ``parses_actions = True``."""
+    spec = lookup(id)
+    if PARSES_ACTIONS in spec.tags:
+        return True
+    _, factory = REGISTRY.load(id)
+    return getattr(factory, "parses_actions", False) is True
 
 
 def lookup(id: str) -> PluginSpec:
@@ -122,6 +147,8 @@ def make(
         env = factory(**params)
     except TypeError as err:
         raise EnvError(f"Environment {id!r} rejected its arguments {sorted(params)}: {err}") from err
+    except MissingDependencyError:
+        raise
     except ImportError as err:
         if spec.extra:
             raise MissingDependencyError(

@@ -79,6 +79,11 @@ class GenerationBackend(Protocol):
     name: str
     max_context: int
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        """Sample one response per prompt, all prompts in one batch."""
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 seeds: Sequence[int] | None = None) -> list[Generation]:
+        """Sample one response per prompt, all prompts in one batch.
+
+        ``seeds`` (one per prompt) make each row's sample depend only on its own seed, not on the
+        rest of the batch, so rollouts reproduce however episodes were batched together.
+        """
         ...

@@ -1,12 +1,22 @@
-"""Run many episodes at once: one batched generate per turn across every episode in flight.
+"""Run many episodes at once: batched generation for every episode whose environment is ready.
 
-Each finished episode is handed to ``on_trajectory`` (the writer) at once, so a crash loses only
-the episodes still in flight. An environment that raises ends its episode (truncated, the error
-recorded) without stopping the run; so does a context that would overflow the model.
+The loop is event-driven. Environments live behind an ``EnvRunner`` (in-process, or worker
+processes); the collector submits their resets and steps and, while they run, generates for the
+episodes that already have an observation. When only some are ready it waits a little for the
+rest (up to half of the last generate call's time, by default) so batches stay large, then goes
+ahead without the stragglers: a slow environment never holds up the others.
+
+Each episode samples with its own seed per turn (derived from the sampling seed, the task seed,
+its index in the group and the turn), so a rollout reproduces exactly however its episodes
+happened to be batched. Each finished episode goes to ``on_trajectory`` (the writer) at once, so
+a crash loses only the episodes in flight. An environment that raises, dies or hangs ends its
+episode (truncated, the error recorded) without stopping the run; so does a context that would
+overflow the model.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -16,6 +26,7 @@ from typing import Any
 from agentkit.envs.protocol import Env
 from agentkit.rollout.backend import GenerationBackend, SamplingParams
 from agentkit.rollout.context import DEFAULT_SYSTEM_PROMPT, ChatContext, WindowContext, format_observation
+from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 
 from agentkit.core.trajectory import ContextMode, Trajectory, Turn
 
@@ -41,7 +52,7 @@ class RolloutStats:
     errors: int = 0
     wall_s: float = 0.0
     generate_s: float = 0.0
-    env_s: float = 0.0
+    env_s: float = 0.0  # environment time summed over episodes (overlaps generation with workers)
     reset_s: float = 0.0
     generate_calls: int = 0
 
@@ -69,6 +80,11 @@ class RolloutStats:
     def env_steps_per_s(self) -> float:
         return self.turns / self.wall_s if self.wall_s else 0.0
 
+    @property
+    def generation_idle_s(self) -> float:
+        """Wall time during which no generate call was running."""
+        return max(0.0, self.wall_s - self.generate_s)
+
     def add(self, trajectory: Trajectory) -> None:
         self.episodes += 1
         self.won += int(trajectory.won)
@@ -79,20 +95,27 @@ class RolloutStats:
         self.errors += int(trajectory.error is not None)
 
 
+def turn_seed(base: int, task_seed: int, sample: int, turn: int) -> int:
+    """A stable 63-bit seed for one episode's turn."""
+    digest = hashlib.blake2b(f"{base}|{task_seed}|{sample}|{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
 @dataclass
 class _Episode:
     """Bookkeeping for one episode in flight."""
 
-    env: Env
+    slot: int
     spec: EpisodeSpec
-    observation: str
-    info: dict[str, Any]
-    task: str
-    privileged: str | None
+    observation: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+    task: str = ""
+    privileged: str | None = None
     context: list[int] = field(default_factory=list)  # chat mode: every token so far
     new_context: list[int] = field(default_factory=list)  # this turn's new context tokens
     history: list[tuple[str, str]] = field(default_factory=list)  # window mode
     turns: list[Turn] = field(default_factory=list)
+    pending_turn: dict[str, Any] | None = None  # the generation awaiting its env step
 
 
 class Collector:
@@ -100,21 +123,24 @@ class Collector:
 
     Args:
         backend: the generation backend (its tokenizer formats prompts).
-        make_env: builds one environment (already wrapped with the action parser and turn limit).
+        envs: an ``EnvRunner`` (e.g. ``WorkerPool``), or a callable building one environment
+            (already wrapped with the action parser and turn limit), stepped in this process.
         env_id: recorded in trajectories.
-        split: recorded in trajectories ("train" or "eval").
+        split: recorded in trajectories.
         sampling: sampling settings.
         context: "chat" or "window".
         window: turns of history in window mode.
         show_admissible: list the admissible actions in each observation.
         system_prompt: the system message.
-        max_in_flight: episodes played at once (environments kept alive); 0 = all.
+        max_in_flight: episodes played at once (environment slots); 0 = all.
+        batch_wait_s: how long to wait for more environments once some episodes are ready to
+            generate; None = half the duration of the last generate call.
     """
 
     def __init__(
         self,
         backend: GenerationBackend,
-        make_env: Callable[[], Env],
+        envs: EnvRunner | Callable[[], Env],
         *,
         env_id: str,
         split: str = "train",
@@ -124,35 +150,24 @@ class Collector:
         show_admissible: bool = True,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
         max_in_flight: int = 0,
+        batch_wait_s: float | None = None,
     ) -> None:
         if context not in ("chat", "window"):
             raise ValueError(f"context must be 'chat' or 'window', got {context!r}")
         self.backend = backend
-        self.make_env = make_env
+        self.envs: EnvRunner = envs if hasattr(envs, "submit") else InProcessEnvs(envs)
         self.env_id = env_id
         self.split = split
         self.sampling = sampling or SamplingParams()
         self.context_mode = context
         self.show_admissible = show_admissible
         self.max_in_flight = max_in_flight
+        self.batch_wait_s = batch_wait_s
         tokenizer = backend.tokenizer
         self.chat = ChatContext(tokenizer, system_prompt) if context == "chat" else None
         self.window = WindowContext(tokenizer, system_prompt, window) if context == "window" else None
-        self._idle_envs: list[Env] = []
 
-    # -- episode lifecycle -------------------------------------------------------------------
-    def _start(self, spec: EpisodeSpec) -> _Episode | Trajectory:
-        env = self._idle_envs.pop() if self._idle_envs else self.make_env()
-        try:
-            obs, info = env.reset(seed=spec.seed)
-        except Exception as err:  # noqa: BLE001 - a broken env ends its episode, not the run
-            env.close()
-            return self._trajectory(spec, [], task="", privileged=None, info={}, terminated=False,
-                                    truncated=True, error=f"reset failed: {type(err).__name__}: {err}")
-        episode = _Episode(env, spec, obs, info, info.get("task") or "", info.get("privileged"))
-        self._prepare_prompt(episode, first=True)
-        return episode
-
+    # -- prompts and records -----------------------------------------------------------------
     def _prepare_prompt(self, ep: _Episode, *, first: bool) -> None:
         user_text = format_observation(ep.observation, ep.info, show_admissible=self.show_admissible, first=first)
         if self.chat is not None:
@@ -168,25 +183,17 @@ class Collector:
     def _prompt(self, ep: _Episode) -> list[int]:
         return ep.context if self.chat is not None else ep.new_context
 
-    def _trajectory(self, spec: EpisodeSpec, turns: list[Turn], *, task: str, privileged: str | None,
-                    info: dict[str, Any], terminated: bool, truncated: bool, error: str | None) -> Trajectory:
+    def _trajectory(self, ep: _Episode, *, terminated: bool, truncated: bool, error: str | None) -> Trajectory:
+        spec, info = ep.spec, ep.info
         group = f"{self.env_id}|{self.split}|{spec.seed}"
         return Trajectory(
-            id=f"{group}|{spec.sample}", env=self.env_id, task=task, seed=spec.seed, split=self.split,
-            group=group, sample=spec.sample, turns=turns, episode_return=float(sum(t.reward for t in turns)),
+            id=f"{group}|{spec.sample}", env=self.env_id, task=ep.task, seed=spec.seed, split=self.split,
+            group=group, sample=spec.sample, turns=ep.turns, episode_return=float(sum(t.reward for t in ep.turns)),
             won=bool(info.get("won", False)), score=float(info.get("score", 0.0) or 0.0),
             terminated=terminated, truncated=truncated, model=self.backend.name,
-            sampling=self.sampling.to_dict(), context_mode=self.context_mode, privileged=privileged,
+            sampling=self.sampling.to_dict(), context_mode=self.context_mode, privileged=ep.privileged,
             error=error, created_at=time.time(),
         )
-
-    def _finish(self, ep: _Episode, *, terminated: bool, truncated: bool, error: str | None) -> Trajectory:
-        if error is None:
-            self._idle_envs.append(ep.env)
-        else:
-            ep.env.close()  # its state is unknown; build a fresh one for the next episode
-        return self._trajectory(ep.spec, ep.turns, task=ep.task, privileged=ep.privileged, info=ep.info,
-                                terminated=terminated, truncated=truncated, error=error)
 
     # -- the loop ----------------------------------------------------------------------------
     def run(
@@ -200,78 +207,94 @@ class Collector:
         stats = RolloutStats()
         pending = deque(specs)
         limit = self.max_in_flight or len(pending)
-        active: list[_Episode] = []
-        start = time.perf_counter()
+        free_slots = list(range(limit))[::-1]
+        waiting: dict[int, _Episode] = {}  # slot -> episode whose env is busy
+        ready: list[_Episode] = []  # episodes with an observation, awaiting generation
         tokenizer = self.backend.tokenizer
         params = self.sampling
+        last_generate_s = 0.0
+        start = time.perf_counter()
 
-        def emit(trajectory: Trajectory) -> None:
+        def finish(ep: _Episode, *, terminated: bool, truncated: bool, error: str | None) -> None:
+            free_slots.append(ep.slot)
+            trajectory = self._trajectory(ep, terminated=terminated, truncated=truncated, error=error)
             stats.add(trajectory)
             on_trajectory(trajectory)
             if progress is not None:
                 progress(trajectory, stats)
 
-        def refill() -> None:
-            while pending and len(active) < limit:
-                t_reset = time.perf_counter()
-                started = self._start(pending.popleft())
-                stats.reset_s += time.perf_counter() - t_reset
-                if isinstance(started, Trajectory):
-                    emit(started)
-                else:
-                    active.append(started)
+        def handle(result: EnvResult) -> None:
+            ep = waiting.pop(result.slot)
+            if result.op == "reset":
+                stats.reset_s += result.elapsed_s
+                if result.error is not None:
+                    finish(ep, terminated=False, truncated=True, error=result.error)
+                    return
+                ep.observation, ep.info = result.value
+                ep.task, ep.privileged = ep.info.get("task") or "", ep.info.get("privileged")
+                self._prepare_prompt(ep, first=True)
+                ready.append(ep)
+                return
+            stats.env_s += result.elapsed_s
+            turn = ep.pending_turn
+            if result.error is not None:
+                obs, reward, terminated, truncated = "", 0.0, False, True
+                info = {**ep.info, "action_valid": False, "error": result.error}
+            else:
+                obs, reward, terminated, truncated, info = result.value
+            ep.turns.append(Turn(
+                observation=ep.observation, context_ids=ep.new_context, action=info.get("action"),
+                action_valid=bool(info.get("action_valid", False)), reward=float(reward), feedback=obs,
+                env_s=result.elapsed_s, error=result.error, **turn,
+            ))
+            ep.history.append((ep.observation, info.get("action") or turn["response_text"].strip()))
+            ep.info = info
+            if terminated or truncated:
+                finish(ep, terminated=terminated, truncated=truncated, error=result.error)
+                return
+            ep.observation = obs
+            self._prepare_prompt(ep, first=False)
+            ready.append(ep)
 
         try:
-            refill()
-            while active:
+            while pending or waiting or ready:
+                while pending and free_slots:
+                    ep = _Episode(free_slots.pop(), pending.popleft())
+                    waiting[ep.slot] = ep
+                    self.envs.submit(ep.slot, "reset", ep.spec.seed)
+                # block for the first result only when there is nothing to generate for
+                for result in self.envs.poll(timeout=0 if ready else None):
+                    handle(result)
+                if waiting and ready:
+                    budget = self.batch_wait_s if self.batch_wait_s is not None else 0.5 * last_generate_s
+                    until = time.perf_counter() + budget
+                    while waiting and time.perf_counter() < until:
+                        for result in self.envs.poll(timeout=until - time.perf_counter()):
+                            handle(result)
                 # an episode whose next answer cannot fit in the model's context ends here
-                for ep in [e for e in active if len(self._prompt(e)) + params.max_new_tokens > self.backend.max_context]:
-                    active.remove(ep)
-                    emit(self._finish(ep, terminated=False, truncated=True, error="context full"))
-                if not active:
-                    refill()
+                for ep in [e for e in ready if len(self._prompt(e)) + params.max_new_tokens > self.backend.max_context]:
+                    ready.remove(ep)
+                    finish(ep, terminated=False, truncated=True, error="context full")
+                if not ready:
                     continue
+                batch, ready = ready, []
+                seeds = [turn_seed(params.seed, e.spec.seed, e.spec.sample, len(e.turns)) for e in batch]
                 t0 = time.perf_counter()
-                generations = self.backend.generate([self._prompt(e) for e in active], params)
-                generate_s = time.perf_counter() - t0
-                stats.generate_s += generate_s
+                generations = self.backend.generate([self._prompt(e) for e in batch], params, seeds)
+                last_generate_s = time.perf_counter() - t0
+                stats.generate_s += last_generate_s
                 stats.generate_calls += 1
-                still_active: list[_Episode] = []
-                for ep, gen in zip(active, generations, strict=True):
+                for ep, gen in zip(batch, generations, strict=True):
                     text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-                    t1 = time.perf_counter()
-                    error = None
-                    try:
-                        obs, reward, terminated, truncated, info = ep.env.step(text)
-                    except Exception as err:  # noqa: BLE001 - a broken env ends its episode, not the run
-                        error = f"step failed: {type(err).__name__}: {err}"
-                        obs, reward, terminated, truncated, info = "", 0.0, False, True, {**ep.info, "action_valid": False}
-                    env_s = time.perf_counter() - t1
-                    stats.env_s += env_s
-                    ep.turns.append(Turn(
-                        observation=ep.observation, context_ids=ep.new_context, response_ids=list(gen.token_ids),
-                        response_logprobs=[float(x) for x in gen.logprobs], response_text=text,
-                        action=info.get("action"), action_valid=bool(info.get("action_valid", False)),
-                        reward=float(reward), feedback=obs, finish_reason=gen.finish_reason,
-                        generation_s=generate_s, env_s=env_s, error=error,
-                    ))
-                    ep.history.append((ep.observation, info.get("action") or text.strip()))
-                    ep.info = info
-                    if terminated or truncated:
-                        emit(self._finish(ep, terminated=terminated, truncated=truncated, error=error))
-                        continue
-                    ep.observation = obs
-                    self._prepare_prompt(ep, first=False)
-                    still_active.append(ep)
-                active = still_active
-                refill()
+                    ep.pending_turn = {
+                        "response_ids": list(gen.token_ids), "response_logprobs": [float(x) for x in gen.logprobs],
+                        "response_text": text, "finish_reason": gen.finish_reason, "generation_s": last_generate_s,
+                    }
+                    waiting[ep.slot] = ep
+                    self.envs.submit(ep.slot, "step", text)
         finally:
             stats.wall_s = time.perf_counter() - start
-            for ep in active:
-                ep.env.close()
         return stats
 
     def close(self) -> None:
-        for env in self._idle_envs:
-            env.close()
-        self._idle_envs.clear()
+        self.envs.close()

@@ -27,6 +27,8 @@ class RolloutConfig(BaseModel):
     max_in_flight: int = Field(0, ge=0, description="Episodes played at once (0 = all).")
     show_admissible: bool = Field(True, description="List the admissible actions in each observation.")
     env_kwargs: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Keyword arguments for the environment, e.g. level=10.")
+    env_workers: int = Field(2, ge=0, description="Worker processes that run the environments (0 = step them in this process).")
+    step_timeout: float = Field(120.0, gt=0, description="Seconds an environment step may take before its worker is restarted and the episode ended.")
     device: str = Field("cpu", description="Torch device for the transformers backend.")
     append: bool = Field(False, description="Append to an existing output file.")
     overwrite: bool = Field(False, description="Replace an existing output file (the old one stays until the new one is complete).")

@@ -43,8 +43,13 @@ def load_causal_lm(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
     return model.to(device).eval()
 
 
-def sample_logprobs(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row; return (token ids [B], their logprobs under the sampling distribution [B])."""
+def sample_logprobs(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | list[torch.Generator]
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row; return (token ids [B], their logprobs under the sampling distribution [B]).
+
+    With one generator per row, rows are sampled by the Gumbel-max trick from their own uniform
+    noise, so a row's sample does not depend on the other rows of the batch.
+    """
     logits = logits.float()  # [B, V]
     if params.temperature == 0:
         logprobs = torch.log_softmax(logits, dim=-1)  # [B, V]
@@ -62,7 +67,12 @@ def sample_logprobs(logits: torch.Tensor, params: SamplingParams, generator: tor
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     logprobs = torch.log_softmax(logits, dim=-1)  # [B, V]
-    tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)  # [B]
+    if isinstance(generator, list):
+        noise = torch.stack([torch.rand(logits.shape[-1], generator=g) for g in generator])  # [B, V]
+        gumbel = -torch.log(-torch.log(noise.clamp(min=1e-20)))  # [B, V]
+        tokens = (logprobs + gumbel.to(logprobs.device)).argmax(dim=-1)  # [B]
+    else:
+        tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)  # [B]
     return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
 
 
@@ -97,9 +107,13 @@ class HFBackend:
         self.generator.manual_seed(seed)
 
     @torch.inference_mode()
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 seeds: Sequence[int] | None = None) -> list[Generation]:
         if not prompts:
             return []
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"generate(): {len(prompts)} prompts but {len(seeds)} seeds")
+        sampler = self.generator if seeds is None else [torch.Generator().manual_seed(int(s)) for s in seeds]
         batch = len(prompts)
         lengths = [len(p) for p in prompts]
         if min(lengths) == 0:
@@ -128,7 +142,7 @@ class HFBackend:
             out = self.model(input_ids=step_ids, attention_mask=attention, position_ids=step_pos,
                              past_key_values=cache, use_cache=True)
             cache = out.past_key_values
-            next_tokens, next_logprobs = sample_logprobs(out.logits[:, -1, :], params, self.generator)
+            next_tokens, next_logprobs = sample_logprobs(out.logits[:, -1, :], params, sampler)
             next_list, lp_list = next_tokens.tolist(), next_logprobs.tolist()
             for row in range(batch):
                 if not active[row]:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from datetime import datetime
 from pathlib import Path
 
 from agentkit.envs import ActionParser, make
-from agentkit.envs.registry import lookup
+from agentkit.envs.registry import lookup, parses_own_actions
 from agentkit.rollout.backend import SamplingParams
 from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats
 from agentkit.rollout.config import RolloutConfig
+from agentkit.rollout.workers import InProcessEnvs, WorkerPool
 
 from agentkit.core.errors import AgentkitError, ConfigError, ModelError, OutputExistsError
 from agentkit.core.jsonl import TrajectoryWriter
@@ -36,6 +38,12 @@ def check_output(path: Path, *, append: bool, overwrite: bool) -> None:
         raise ConfigError(f"Cannot write {path}: the file is not writable.")
 
 
+def env_factory(env_id: str, *, split: str, max_turns: int, env_kwargs: dict) -> functools.partial:
+    """A picklable builder of one wrapped environment (worker processes call it)."""
+    parser = None if parses_own_actions(env_id) else ActionParser()
+    return functools.partial(make, env_id, max_turns=max_turns, action_parser=parser, split=split, **env_kwargs)
+
+
 def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path | None = None) -> tuple[RolloutStats, Path]:
     """Play ``cfg.episodes`` tasks ``cfg.group_size`` times each and write the trajectories."""
     out = Path(out or cfg.out or default_out_path())
@@ -49,13 +57,13 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
     backend = HFBackend(model_dir, device=cfg.device, seed=cfg.seed)
     sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
-    parser = ActionParser()
-
-    def make_env():
-        return make(cfg.env, max_turns=cfg.max_turns, action_parser=parser, split=cfg.split, **cfg.env_kwargs)
-
+    make_env = env_factory(cfg.env, split=cfg.split, max_turns=cfg.max_turns, env_kwargs=cfg.env_kwargs)
     make_env().close()  # bad env settings fail here, before the output file is touched
-    collector = Collector(backend, make_env, env_id=cfg.env, split=cfg.split, sampling=sampling,
+    if cfg.env_workers > 0:
+        envs = WorkerPool(make_env, cfg.env_workers, step_timeout_s=cfg.step_timeout)
+    else:
+        envs = InProcessEnvs(make_env)
+    collector = Collector(backend, envs, env_id=cfg.env, split=cfg.split, sampling=sampling,
                           context=cfg.context, window=cfg.window, show_admissible=cfg.show_admissible,
                           max_in_flight=cfg.max_in_flight)
     specs = [EpisodeSpec(seed=cfg.seed + task, sample=s) for task in range(cfg.episodes) for s in range(cfg.group_size)]

@@ -50,6 +50,7 @@ def test_rollout_on_plugin_environment(tiny_model_dir, plugin_site, tmp_path):
     assert "demo/lock-v0" in listed.stdout and "agentkit-plugin-demo" in listed.stdout
     checked = run_cli("envs", "check", "demo/lock-v0", extra_path=plugin_site)
     assert checked.returncode == 0, checked.stderr
+    assert "expert won 3/3 tasks" in checked.stdout
     out = tmp_path / "lock.jsonl"
     result = run_cli("rollout", "--env", "demo/lock-v0", "--model", str(tiny_model_dir), "--episodes", "3",
                      "--max-turns", "2", "--out", str(out), "--context", "window", extra_path=plugin_site)

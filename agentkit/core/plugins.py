@@ -28,6 +28,7 @@ class PluginSpec:
         distribution: the distribution that declared it ("agentkit" for built-ins).
         defaults: keyword arguments bound at registration (e.g. game settings for an env id).
         description: one line for ``list`` commands.
+        tags: capabilities the caller should know of before building the plugin.
     """
 
     name: str
@@ -36,6 +37,7 @@ class PluginSpec:
     distribution: str = "agentkit"
     defaults: tuple[tuple[str, Any], ...] = ()
     description: str = ""
+    tags: frozenset[str] = frozenset()
 
 
 def import_target(target: str, *, group: str, name: str, extra: str | None, distribution: str) -> Any:

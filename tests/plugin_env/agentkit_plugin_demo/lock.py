@@ -32,6 +32,7 @@ class CombinationLock(gym.Env):
             "won": self._progress == self.length,
             "score": float(self._progress),
             "privileged": "Turn: " + ", ".join(self._code[self._progress:]),
+            "expert_plan": [f"turn {c}" for c in self._code[self._progress:]],
         }
 
     def reset(self, *, seed=None, options=None):

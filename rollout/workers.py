@@ -1,0 +1,294 @@
+"""Environments behind an asynchronous interface: in-process, or in worker processes.
+
+The collector submits resets and steps and polls for results, so it can generate for the
+episodes that are ready while others' environments are still stepping. ``WorkerPool`` runs the
+environments in separate processes (slow simulators like ScienceWorld's JVM or ALFWorld's planner
+then overlap with generation and with each other); a worker that dies or hangs past its timeout
+is killed and restarted, and every episode that lived on it ends with the error recorded.
+``InProcessEnvs`` steps environments synchronously in the caller's process (tests, plugins
+registered at run time, and environments too cheap to be worth a process).
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing as mp
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, Literal, Protocol
+
+from agentkit.envs.protocol import Env
+
+Op = Literal["reset", "step"]
+
+
+@dataclass(frozen=True)
+class EnvResult:
+    """The outcome of one submitted reset or step.
+
+    Attributes:
+        slot: the environment slot the request was for.
+        op: "reset" or "step".
+        value: reset's (obs, info) or step's (obs, reward, terminated, truncated, info); None on error.
+        error: what went wrong (the environment raised, its worker died or hung), else None.
+        elapsed_s: seconds the environment spent on it.
+    """
+
+    slot: int
+    op: Op
+    value: tuple | None
+    error: str | None
+    elapsed_s: float
+
+
+class EnvRunner(Protocol):
+    """Asynchronous access to a set of environment slots (one episode at a time per slot)."""
+
+    def submit(self, slot: int, op: Op, arg: Any) -> None:
+        """Queue ``reset(seed=arg)`` or ``step(arg)`` for the environment in ``slot``."""
+        ...
+
+    def poll(self, timeout: float | None) -> list[EnvResult]:
+        """Results that are ready; wait up to ``timeout`` seconds (None: until one is) for the first."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _run(env: Env, op: Op, arg: Any) -> tuple:
+    if op == "reset":
+        return env.reset(seed=arg)
+    return env.step(arg)
+
+
+class InProcessEnvs:
+    """Environments stepped synchronously in this process; results are ready at once."""
+
+    def __init__(self, make_env: Callable[[], Env]) -> None:
+        self.make_env = make_env
+        self._envs: dict[int, Env] = {}
+        self._done: deque[EnvResult] = deque()
+
+    def submit(self, slot: int, op: Op, arg: Any) -> None:
+        start = time.perf_counter()
+        try:
+            env = self._envs.get(slot)
+            if env is None:
+                env = self._envs[slot] = self.make_env()
+            value, error = _run(env, op, arg), None
+        except Exception as err:  # noqa: BLE001 - a broken env ends its episode, not the run
+            value, error = None, f"{op} failed: {type(err).__name__}: {err}"
+            self._discard(slot)  # its state is unknown: the next reset builds a fresh one
+        self._done.append(EnvResult(slot, op, value, error, time.perf_counter() - start))
+
+    def poll(self, timeout: float | None) -> list[EnvResult]:
+        done = list(self._done)
+        self._done.clear()
+        return done
+
+    def _discard(self, slot: int) -> None:
+        env = self._envs.pop(slot, None)
+        if env is not None:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing a broken env may fail too
+                pass
+
+    def close(self) -> None:
+        for slot in list(self._envs):
+            self._discard(slot)
+
+
+def _worker_main(conn: Connection, make_env: Callable[[], Env]) -> None:
+    """A worker process: builds environments on first use of a slot, serves requests in order."""
+    envs: dict[int, Env] = {}
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            break
+        if request is None:
+            break
+        req_id, slot, op, arg = request
+        start = time.perf_counter()
+        try:
+            env = envs.get(slot)
+            if env is None:
+                if op == "step":
+                    raise RuntimeError("its worker process died and was restarted, so this environment was lost")
+                env = envs[slot] = make_env()
+            value, error = _run(env, op, arg), None
+        except Exception as err:  # noqa: BLE001 - reported to the parent, which ends the episode
+            value = None
+            error = f"{op} failed: {type(err).__name__}: {err}"
+            if not isinstance(err, RuntimeError) or "environment was lost" not in str(err):
+                error += "\n" + traceback.format_exc(limit=3)
+            broken = envs.pop(slot, None)
+            if broken is not None:
+                try:
+                    broken.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        try:
+            conn.send((req_id, slot, op, value, error, time.perf_counter() - start))
+        except (BrokenPipeError, OSError):
+            break
+    for env in envs.values():
+        try:
+            env.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+@dataclass
+class _Request:
+    id: int
+    slot: int
+    op: Op
+    started: float  # when the worker began on it (or when it was queued behind nothing)
+
+
+class _Worker:
+    def __init__(self, ctx, make_env: Callable[[], Env], index: int) -> None:
+        parent, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, make_env), name=f"agentkit-env-{index}", daemon=True)
+        self.process.start()
+        child.close()
+        self.conn = parent
+        self.queue: deque[_Request] = deque()
+
+    def kill(self) -> None:
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+
+
+class WorkerPool:
+    """Environments in ``num_workers`` processes; slot s lives on worker s % num_workers.
+
+    Args:
+        make_env: a picklable callable building one environment (e.g. ``functools.partial(make,
+            "textworld/coin-v0", max_turns=10)``); with the default "spawn" start method it must be
+            importable by a fresh interpreter (entry-point or built-in ids, not ``register()``
+            calls made at run time).
+        num_workers: worker processes.
+        step_timeout_s: a step taking longer counts as a hang: the worker is killed and restarted.
+        reset_timeout_s: the same for reset (longer: first resets may generate games or start a JVM).
+        start_method: multiprocessing start method ("spawn" is safe with torch threads).
+    """
+
+    def __init__(self, make_env: Callable[[], Env], num_workers: int = 2, *, step_timeout_s: float = 60.0,
+                 reset_timeout_s: float = 600.0, start_method: str = "spawn") -> None:
+        if num_workers <= 0:
+            raise ValueError(f"num_workers must be positive, got {num_workers}")
+        self.make_env = make_env
+        self.num_workers = num_workers
+        self.step_timeout_s = step_timeout_s
+        self.reset_timeout_s = reset_timeout_s
+        self._ctx = mp.get_context(start_method)
+        self._workers = [_Worker(self._ctx, make_env, i) for i in range(num_workers)]
+        self._ids = itertools.count()
+        self._done: deque[EnvResult] = deque()
+        self.restarts = 0
+
+    def submit(self, slot: int, op: Op, arg: Any) -> None:
+        worker = self._workers[slot % self.num_workers]
+        request = _Request(next(self._ids), slot, op, time.perf_counter())
+        try:
+            worker.conn.send((request.id, slot, op, arg))
+        except (BrokenPipeError, OSError):
+            worker.queue.append(request)
+            self._restart(slot % self.num_workers, "its worker process died")
+            return
+        worker.queue.append(request)
+
+    def _timeout(self, op: Op) -> float:
+        return self.reset_timeout_s if op == "reset" else self.step_timeout_s
+
+    def _restart(self, index: int, why: str) -> None:
+        """Kill worker ``index``, fail everything queued on it, start a fresh one."""
+        worker = self._workers[index]
+        code = worker.process.exitcode
+        worker.kill()
+        detail = f"{why} (exit code {worker.process.exitcode if code is None else code})"
+        for request in worker.queue:
+            self._done.append(EnvResult(request.slot, request.op, None, f"{request.op} failed: {detail}", 0.0))
+        self._workers[index] = _Worker(self._ctx, self.make_env, index)
+        self.restarts += 1
+
+    def _receive(self, index: int) -> None:
+        worker = self._workers[index]
+        try:
+            while worker.conn.poll():
+                req_id, slot, op, value, error, elapsed = worker.conn.recv()
+                request = worker.queue.popleft()
+                assert request.id == req_id, "worker answered out of order"
+                self._done.append(EnvResult(slot, op, value, error, elapsed))
+                if worker.queue:
+                    worker.queue[0].started = time.perf_counter()
+        except (EOFError, OSError, ConnectionResetError):
+            self._restart(index, "its worker process died")
+
+    def _check_deadlines(self) -> float | None:
+        """Restart hung workers; return seconds until the nearest deadline (None if nothing queued)."""
+        now, nearest = time.perf_counter(), None
+        for index, worker in enumerate(self._workers):
+            if not worker.queue:
+                continue
+            head = worker.queue[0]
+            left = head.started + self._timeout(head.op) - now
+            if left <= 0:
+                self._restart(index, f"the environment did not answer within {self._timeout(head.op):.0f} s")
+                continue
+            if not worker.process.is_alive():
+                self._receive(index)  # it may have answered before dying
+                if self._workers[index] is worker and worker.queue:
+                    self._restart(index, "its worker process died")
+                continue
+            nearest = left if nearest is None else min(nearest, left)
+        return nearest
+
+    def poll(self, timeout: float | None) -> list[EnvResult]:
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        while True:
+            for index in range(self.num_workers):
+                self._receive(index)
+            until_hang = self._check_deadlines()
+            if self._done:
+                break
+            if until_hang is None:  # nothing queued anywhere: nothing will arrive
+                break
+            wait_s = until_hang if deadline is None else min(until_hang, deadline - time.perf_counter())
+            if wait_s <= 0:
+                break
+            busy = [w.conn for w in self._workers if w.queue]
+            sentinels = [w.process.sentinel for w in self._workers if w.queue]
+            wait(busy + sentinels, timeout=min(wait_s, 1.0))
+        done = list(self._done)
+        self._done.clear()
+        return done
+
+    @property
+    def pending(self) -> int:
+        return sum(len(w.queue) for w in self._workers)
+
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers]
+
+    def close(self) -> None:
+        for worker in self._workers:
+            try:
+                worker.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for worker in self._workers:
+            worker.process.join(timeout=10)
+            worker.kill()

@@ -1,0 +1,138 @@
+"""Environment worker processes: real TextWorld in the pool, crashes and hangs survived."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+
+import pytest
+from agentkit.envs import ActionParser, make
+from agentkit.envs.wrappers import TurnLimit
+from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
+from agentkit.rollout.workers import InProcessEnvs, WorkerPool
+
+from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
+
+INFO = {"task": "wait", "admissible_actions": None, "action_valid": True, "won": False, "score": 0.0, "privileged": None}
+
+
+class FaultyEnv:
+    """Injects faults real environments cannot produce on demand: on step ``at`` it hangs, kills
+    its own process, or raises, depending on ``fault``."""
+
+    def __init__(self, fault: str = "none", at: int = 2) -> None:
+        self.fault, self.at, self.steps = fault, at, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.steps = 0
+        return f"room {seed}", dict(INFO)
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at:
+            if self.fault == "hang":
+                time.sleep(3600)
+            elif self.fault == "die":
+                os._exit(3)
+            elif self.fault == "raise":
+                raise ValueError("broken simulator")
+        return f"step {self.steps}", 0.0, False, False, dict(INFO)
+
+    def close(self):
+        pass
+
+
+def faulty(fault: str, max_turns: int = 4):
+    return TurnLimit(FaultyEnv(fault), max_turns)
+
+
+def drain(pool, count, timeout=60.0):
+    results, deadline = [], time.time() + timeout
+    while len(results) < count and time.time() < deadline:
+        results += pool.poll(timeout=1.0)
+    assert len(results) == count, results
+    return sorted(results, key=lambda r: r.slot)
+
+
+@pytest.mark.parametrize("fault", ["die", "hang", "raise"])
+def test_pool_survives_a_fault_and_restarts(fault):
+    pool = WorkerPool(functools.partial(faulty, fault), num_workers=2, step_timeout_s=3.0)
+    try:
+        for slot in range(2):
+            pool.submit(slot, "reset", slot)
+        assert [r.value[0] for r in drain(pool, 2)] == ["room 0", "room 1"]
+        for _ in range(2):
+            for slot in range(2):
+                pool.submit(slot, "step", "wait")
+            results = drain(pool, 2)
+        # the second step faults on both slots; each ends with the error, nothing hangs the caller
+        assert all(r.error for r in results), results
+        expected = {"die": "worker process died", "hang": "did not answer within 3 s", "raise": "broken simulator"}[fault]
+        assert all(expected in r.error for r in results)
+        # the workers came back: a new episode plays on the same slots
+        for slot in range(2):
+            pool.submit(slot, "reset", 10 + slot)
+        assert [r.value[0] for r in drain(pool, 2)] == ["room 10", "room 11"]
+        if fault != "raise":
+            assert pool.restarts == 2
+    finally:
+        pool.close()
+
+
+def test_killing_a_worker_ends_its_episodes_and_the_rollout_goes_on(backend, tmp_path):
+    pytest.importorskip("textworld")
+    make_env = functools.partial(make, "textworld/coin-v0", max_turns=6, action_parser=ActionParser(require_match=False),
+                                 level=2)
+    pool = WorkerPool(make_env, num_workers=2, step_timeout_s=30)
+    killed = []
+
+    def progress(trajectory, stats):
+        pass
+
+    class KillingBackend:
+        """Kills worker 0 with SIGKILL during the third generate call (a real crash, mid-rollout)."""
+
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+            self.tokenizer, self.name, self.max_context = inner.tokenizer, inner.name, inner.max_context
+
+        def generate(self, prompts, params, seeds=None):
+            self.calls += 1
+            if self.calls == 3 and not killed:
+                killed.append(pool.pids()[0])
+                os.kill(pool.pids()[0], signal.SIGKILL)
+            return self.inner.generate(prompts, params, seeds)
+
+    collector = Collector(KillingBackend(backend), pool, env_id="textworld/coin-v0",
+                          sampling=SamplingParams(max_new_tokens=8), max_in_flight=4)
+    out = tmp_path / "t.jsonl"
+    with TrajectoryWriter(out) as writer:
+        stats = collector.run([EpisodeSpec(s) for s in range(6)], writer.write, progress=progress)
+    collector.close()
+    trajectories = read_trajectories(out, strict=True)
+    assert stats.episodes == 6 and len(trajectories) == 6, "every episode is written, the crashed ones too"
+    crashed = [t for t in trajectories if t.error]
+    assert crashed and all("worker process died" in t.error and t.truncated for t in crashed)
+    assert len(crashed) < 6 and any(len(t.turns) == 6 for t in trajectories), "the run went on"
+    assert pool.restarts == 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_worker_rollout_equals_in_process_rollout(backend, workers):
+    """Per-episode sampling seeds make a rollout independent of how episodes were batched."""
+    pytest.importorskip("textworld")
+    make_env = functools.partial(make, "textworld/coin-v0", max_turns=3, action_parser=ActionParser(require_match=False),
+                                 level=2)
+    specs = [EpisodeSpec(s, k) for s in range(3) for k in range(2)]
+    params = SamplingParams(max_new_tokens=8, seed=5)
+    runs = []
+    for envs in (InProcessEnvs(make_env), WorkerPool(make_env, workers)):
+        collector = Collector(backend, envs, env_id="textworld/coin-v0", sampling=params, max_in_flight=4,
+                              batch_wait_s=0.0)
+        written = []
+        collector.run(specs, written.append)
+        collector.close()
+        runs.append({t.id: ([turn.response_ids for turn in t.turns], [turn.feedback for turn in t.turns]) for t in written})
+    assert runs[0] == runs[1]

@@ -16,5 +16,5 @@ if ((${#need[@]})); then
   fi
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-python3 -m pip install -q -c constraints.txt -e '.[textworld,alfworld,scienceworld,search,dev]'
+python3 -m pip install -q -c constraints.txt -e '.[textworld,alfworld,scienceworld,search,pyserini,dev]'
 python3 -m pytest -q "$@"

@@ -146,3 +146,31 @@ def test_clean_text_strips_prompt_and_status():
     raw = "\nYou open the door.\n\n\n\nYour score went up.\n\n>                       -= Bedroom =-0/1"
     assert clean_text(raw) == "You open the door.\n\nYour score went up."
     assert INVALID_FORMAT_FEEDBACK.startswith("Invalid action")
+
+
+def _buildable(env_id: str):
+    from agentkit.core.errors import MissingDependencyError
+
+    try:
+        return make(env_id)
+    except MissingDependencyError as err:
+        pytest.skip(f"{env_id}: {err}")
+
+
+@pytest.mark.parametrize("env_id", REGISTRY.names())
+def test_every_registered_environment_passes_check_env_and_its_expert_wins(env_id):
+    """Gymnasium's habit: one test walks every registered environment through the checker."""
+    from agentkit.envs import play_expert
+
+    if env_id.startswith("scienceworld/"):
+        import shutil
+
+        if shutil.which("java") is None:
+            pytest.skip("scienceworld needs Java (apt-get install -y openjdk-17-jre-headless)")
+    env = _buildable(env_id)
+    try:
+        check_env(env, seed=0)
+        won, steps = play_expert(env, seed=1)
+        assert won, f"{env_id}: the expert plan lost on task 1 after {steps} steps"
+    finally:
+        env.close()

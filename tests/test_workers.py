@@ -136,3 +136,48 @@ def test_worker_rollout_equals_in_process_rollout(backend, workers):
         collector.close()
         runs.append({t.id: ([turn.response_ids for turn in t.turns], [turn.feedback for turn in t.turns]) for t in written})
     assert runs[0] == runs[1]
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes whose parent is ``pid`` (read from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            found.append((int(entry), cmdline))
+    return found
+
+
+@pytest.mark.java
+def test_killing_the_jvm_ends_the_episode_and_the_worker_recovers():
+    pytest.importorskip("scienceworld")
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.skip("needs Java (apt-get install -y openjdk-17-jre-headless)")
+    make_env = functools.partial(make, "scienceworld/scienceworld-v0", tasks="boil", admissible=False)
+    pool = WorkerPool(make_env, num_workers=1, step_timeout_s=60)
+    try:
+        pool.submit(0, "reset", 0)
+        (first,) = drain(pool, 1, timeout=120)
+        assert first.error is None
+        jvms = [pid for pid, cmd in _children(pool.pids()[0]) if "java" in cmd]
+        assert len(jvms) == 1, _children(pool.pids()[0])
+        os.kill(jvms[0], signal.SIGKILL)
+        time.sleep(0.5)
+        pool.submit(0, "step", "look around")
+        (broken,) = drain(pool, 1, timeout=30)
+        assert broken.error and "JVM" in broken.error  # the episode ends with the error recorded
+        pool.submit(0, "reset", 1)  # the next episode gets a fresh environment and JVM
+        (again,) = drain(pool, 1, timeout=120)
+        assert again.error is None and "boil" in again.value[1]["task"].lower()
+    finally:
+        pool.close()

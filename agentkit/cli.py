@@ -142,6 +142,84 @@ def cmd_model_init(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- training -----------------------------------------------------------------------------------
+def cmd_train(args: argparse.Namespace) -> int:
+    from agentkit.train_config import load_config
+
+    cfg = load_config(args.config, args.set, **{
+        "objective.name": args.objective, "env.id": args.env, "model": args.model, "out": args.out,
+        "train.steps": args.steps, "rollout.group_size": args.group_size,
+        "rollout.tasks_per_step": args.tasks_per_step, "train.demos": args.demos, "seed": args.seed,
+    })
+    _quiet_hf()
+    from agentkit.train import train
+
+    run_dir = train(cfg, resume=args.resume, show_progress=not args.quiet)
+    print(f"run folder: {run_dir} (metrics.jsonl, eval.jsonl, checkpoints/, curves.png)")
+    return 0
+
+
+def cmd_demos(args: argparse.Namespace) -> int:
+    if args.episodes <= 0:
+        raise ConfigError(f"--episodes must be positive, got {args.episodes}.")
+    _quiet_hf()
+    from agentkit.envs.registry import parses_own_actions
+    from agentkit.models import ensure_default_model
+    from agentkit.rollout.demos import write_demonstrations
+    from agentkit.rollout.hf_backend import load_tokenizer
+    from agentkit.rollout.run import check_output, env_factory
+
+    out = Path(args.out)
+    check_output(out, append=args.append, overwrite=args.overwrite)
+    tokenizer = load_tokenizer(args.model or ensure_default_model())
+    make_env = env_factory(args.env, split=args.split, max_turns=args.max_turns, env_kwargs=_parse_kv(args.env_kwargs or []))
+    mode = "append" if args.append else "overwrite" if args.overwrite else "new"
+    written, lost = write_demonstrations(
+        make_env, tokenizer, out, env_id=args.env, seeds=range(args.seed, args.seed + args.episodes), split=args.split,
+        mode=mode, context=args.context, parses_actions=parses_own_actions(args.env), model=str(args.model or "expert"))
+    print(f"wrote {written} expert demonstrations to {out}" + (f" ({lost} lost episodes skipped)" if lost else ""))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from agentkit.core.config import build_config
+    from agentkit.rollout.config import RolloutConfig
+
+    values = {"env": args.env, "model": args.model, "episodes": args.episodes, "split": args.split,
+              "max_turns": args.max_turns, "temperature": 0.0, "env_kwargs": _parse_kv(args.env_kwargs or []),
+              "env_workers": args.env_workers, "out": args.out, "overwrite": bool(args.out)}
+    cfg = build_config(RolloutConfig, {k: v for k, v in values.items() if v is not None})
+    _quiet_hf()
+    import tempfile
+
+    from agentkit.models import ensure_default_model
+    from agentkit.rollout.run import run_rollout
+
+    model_dir = Path(cfg.model) if cfg.model else ensure_default_model()
+    with tempfile.TemporaryDirectory() as tmp:
+        stats, out = run_rollout(cfg, model_dir, out=Path(cfg.out) if cfg.out else Path(tmp) / "eval.jsonl")
+        _print_summary(_stdout_console(), f"{cfg.env} ({cfg.split}, greedy)", stats, out)
+    return 0
+
+
+def cmd_objectives_list(args: argparse.Namespace) -> int:
+    from agentkit.objectives import describe
+
+    for name, dist, about in describe():
+        print(f"{name:12} {about}  [{dist}]")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from agentkit.plots import plot_runs
+
+    for run in args.runs:
+        if not (Path(run) / "metrics.jsonl").exists():
+            raise ConfigError(f"{run} is not a run folder (no metrics.jsonl).")
+    print(f"wrote {plot_runs([Path(r) for r in args.runs], Path(args.out))}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agentkit import __version__
     from agentkit.core.config import add_config_arguments
@@ -167,6 +245,57 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=int, default=3, help="Tasks on which to play the expert plan (all must be won).")
     p.add_argument("--env-kwargs", nargs="*", metavar="KEY=VALUE", help="Environment settings.")
     p.set_defaults(func=cmd_envs_check)
+
+    p = sub.add_parser("train", help="Train a policy (SFT, GRPO, ...) with one explicit loop.",
+                       description="Train a policy. Settings: --config YAML, then --set section.key=value, then the flags below.")
+    p.add_argument("--objective", help="Objective name (agentkit objectives list). Default: grpo.")
+    p.add_argument("--env", help="Environment id. Default: textworld/coin-v0.")
+    p.add_argument("--model", help="Initial policy folder. Default: the tiny default model.")
+    p.add_argument("--out", help="Run folder. Default: runs/train.")
+    p.add_argument("--config", help="YAML config (sections: env, rollout, objective, train, eval, checkpoint).")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override, e.g. --set train.lr=1e-5 (repeatable).")
+    p.add_argument("--steps", type=int, help="Training steps.")
+    p.add_argument("--group-size", type=int, help="Episodes per task.")
+    p.add_argument("--tasks-per-step", type=int, help="Tasks per step.")
+    p.add_argument("--demos", help="Demonstrations JSONL for objectives that train on them (sft).")
+    p.add_argument("--seed", type=int, help="Run seed.")
+    p.add_argument("--resume", action="store_true", help="Continue the run in --out from its last complete checkpoint.")
+    p.add_argument("--quiet", action="store_true", help="No progress bar.")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("demos", help="Write expert demonstrations as trajectories (for SFT).")
+    p.add_argument("--env", required=True, help="Environment id.")
+    p.add_argument("--episodes", type=int, default=64, help="Tasks to demonstrate.")
+    p.add_argument("--out", required=True, help="Output JSONL.")
+    p.add_argument("--model", help="Tokenize with this model's tokenizer (default: the tiny default model).")
+    p.add_argument("--split", default="train", help="Task split.")
+    p.add_argument("--seed", type=int, default=0, help="First task seed.")
+    p.add_argument("--max-turns", type=int, default=50, help="Longest demonstration.")
+    p.add_argument("--context", default="chat", choices=["chat", "window"], help="Context mode the policy will use.")
+    p.add_argument("--env-kwargs", nargs="*", metavar="KEY=VALUE", help="Environment settings.")
+    p.add_argument("--append", action="store_true", help="Append to an existing file.")
+    p.add_argument("--overwrite", action="store_true", help="Replace an existing file.")
+    p.set_defaults(func=cmd_demos)
+
+    p = sub.add_parser("eval", help="Greedy evaluation of a model on an environment split.")
+    p.add_argument("--env", required=True, help="Environment id.")
+    p.add_argument("--model", help="Model folder (default: the tiny default model).")
+    p.add_argument("--episodes", type=int, default=32, help="Tasks (seeds 0..N-1 of the split).")
+    p.add_argument("--split", default="eval", help="Split to evaluate on.")
+    p.add_argument("--max-turns", type=int, default=8, help="Turns per episode.")
+    p.add_argument("--env-workers", type=int, help="Environment worker processes.")
+    p.add_argument("--env-kwargs", nargs="*", metavar="KEY=VALUE", help="Environment settings.")
+    p.add_argument("--out", help="Also write the trajectories here.")
+    p.set_defaults(func=cmd_eval)
+
+    objectives = sub.add_parser("objectives", help="List objectives.").add_subparsers(dest="objectives_command", metavar="SUBCOMMAND")
+    p = objectives.add_parser("list", help="Every objective, built in or from a plugin.")
+    p.set_defaults(func=cmd_objectives_list)
+
+    p = sub.add_parser("plot", help="Plot training curves of one or more runs into a PNG.")
+    p.add_argument("runs", nargs="+", help="Run folders.")
+    p.add_argument("--out", default="curves.png", help="PNG to write.")
+    p.set_defaults(func=cmd_plot)
 
     model = sub.add_parser("model", help="Build models.").add_subparsers(dest="model_command", metavar="SUBCOMMAND")
     p = model.add_parser("init", help="Train a tokenizer and write a randomly initialized tiny Qwen3 model.")

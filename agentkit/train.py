@@ -1,0 +1,215 @@
+"""The training loop: one explicit function, read top to bottom.
+
+    for step: rollouts -> objective.prepare -> (reference logprobs) -> minibatch updates with a
+              token budget per micro-batch -> sync weights to the generation backend ->
+              periodic greedy evaluation -> checkpoint
+
+Every random choice is a function of (seed, step): the tasks of a step, each episode's sampling
+seeds, the minibatch order. So a run resumed from its step-N checkpoint continues exactly as the
+uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentkit.checkpoint import checkpoints, load_training_state, save_checkpoint
+from agentkit.core.errors import ConfigError
+from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
+from agentkit.objectives import make_objective, policy_logprobs
+from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
+from agentkit.rollout.collector import RolloutStats
+from agentkit.rollout.hf_backend import HFBackend, load_causal_lm, load_tokenizer
+from agentkit.rollout.run import env_factory
+from agentkit.rollout.workers import InProcessEnvs, WorkerPool
+from agentkit.train_config import TrainConfig, dump_config, load_config
+
+
+def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _truncate_jsonl(path: Path, last_step: int) -> None:
+    """On resume, drop lines a crashed run wrote after its last checkpoint."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def _summary(stats: RolloutStats) -> dict[str, float]:
+    return {"return_mean": stats.mean_return, "success_rate": stats.success_rate, "turns_mean": stats.mean_turns,
+            "invalid_rate": stats.invalid_rate, "rollout_tokens_per_s": stats.tokens_per_s}
+
+
+def _make_envs(cfg: TrainConfig, split: str):
+    make_env = env_factory(cfg.env.id, split=split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
+    return WorkerPool(make_env, cfg.env.workers) if cfg.env.workers else InProcessEnvs(make_env)
+
+
+def evaluate(backend, cfg: TrainConfig, envs, episodes: int) -> RolloutStats:
+    """Greedy episodes on seeds 0..episodes-1 of the eval split."""
+    collector = Collector(backend, envs, env_id=cfg.env.id, split=cfg.env.eval_split,
+                          sampling=SamplingParams(temperature=0.0, max_new_tokens=cfg.rollout.max_new_tokens),
+                          context=cfg.rollout.context, window=cfg.rollout.window,
+                          show_admissible=cfg.rollout.show_admissible)
+    return collector.run([EpisodeSpec(seed) for seed in range(episodes)], lambda t: None)
+
+
+def prepare_run(cfg: TrainConfig, resume: bool) -> tuple[TrainConfig, Path, int | None]:
+    run_dir = Path(cfg.out)
+    if resume:
+        saved = run_dir / "config.yaml"
+        if not saved.exists():
+            raise ConfigError(f"--resume: {run_dir} has no config.yaml; nothing to resume.")
+        steps = checkpoints(run_dir)
+        if not steps:
+            raise ConfigError(f"--resume: {run_dir} has no complete checkpoint yet; start it again without --resume.")
+        original = load_config(saved)
+        # only the length of the run may change on resume
+        cfg = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
+        return cfg, run_dir, steps[-1]
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, or choose another --out.")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    return cfg, run_dir, None
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True) -> Path:
+    """Run (or resume) training; return the run folder."""
+    from agentkit.models import ensure_default_model
+
+    cfg, run_dir, resume_step = prepare_run(cfg, resume)
+    torch.manual_seed(cfg.seed)
+    base_model = Path(cfg.model) if cfg.model else ensure_default_model()
+    start = run_dir / "checkpoints" / f"step-{resume_step}" if resume_step is not None else base_model
+    tokenizer = load_tokenizer(start)
+    policy = load_causal_lm(start)
+    objective = make_objective(cfg.objective.name, cfg.objective.args)
+    reference = None
+    if objective.needs_reference:
+        reference = load_causal_lm(base_model)  # the initial policy, frozen
+        reference.requires_grad_(False)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
+                                  weight_decay=cfg.train.weight_decay)
+    first_step = 0
+    if resume_step is not None:
+        first_step = load_training_state(start, optimizer)["step"]
+        for name in ("metrics.jsonl", "eval.jsonl"):
+            _truncate_jsonl(run_dir / name, first_step)
+
+    # the backend samples with the very module being trained: syncing weights is free here
+    backend = HFBackend(policy, tokenizer, seed=cfg.seed, name=str(base_model))
+    demos = read_trajectories(cfg.train.demos) if objective.uses_demonstrations else None
+    train_envs = None if demos is not None else _make_envs(cfg, "train")
+    eval_envs = _make_envs(cfg, cfg.env.eval_split)
+    (run_dir / "trajectories").mkdir(exist_ok=True)
+    base_sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                   max_new_tokens=cfg.rollout.max_new_tokens)
+    from tqdm import tqdm
+
+    bar = tqdm(total=cfg.train.steps, initial=first_step, desc=f"train {cfg.objective.name}", unit="step",
+               disable=not show_progress)
+    try:
+        for step in range(first_step, cfg.train.steps):
+            started = time.perf_counter()
+            rng = random.Random(f"{cfg.seed}:{step}")
+            # 1. rollouts (or this step's demonstrations)
+            policy.eval()
+            if demos is not None:
+                trajectories = rng.sample(demos, min(cfg.train.demos_per_step, len(demos)))
+                rollout = RolloutStats()
+                for t in trajectories:
+                    rollout.add(t)
+            else:
+                first_task = step * cfg.rollout.tasks_per_step
+                specs = [EpisodeSpec(first_task + i, k) for i in range(cfg.rollout.tasks_per_step)
+                         for k in range(cfg.rollout.group_size)]
+                collector = Collector(backend, train_envs, env_id=cfg.env.id, split="train",
+                                      sampling=replace(base_sampling, seed=cfg.seed * 1_000_003 + step),
+                                      context=cfg.rollout.context, window=cfg.rollout.window,
+                                      show_admissible=cfg.rollout.show_admissible)
+                with TrajectoryWriter(run_dir / "trajectories" / f"step-{step + 1}.jsonl", mode="overwrite") as writer:
+                    trajectories = []
+
+                    def keep(t, writer=writer, trajectories=trajectories):
+                        writer.write(t)
+                        trajectories.append(t)
+
+                    rollout = collector.run(specs, keep)
+                trajectories.sort(key=lambda t: t.id)  # arrival order depends on timing; training must not
+            # 2. objective -> token batch (3. and the reference's logprobs, without gradients)
+            batch = objective.prepare(trajectories)
+            if reference is not None:
+                with torch.no_grad():
+                    batch = replace(batch, ref_logprobs=policy_logprobs(reference, batch))
+            # 4. minibatch updates with a token budget per micro-batch
+            policy.train()
+            losses, objective_metrics, grad_norms, skipped = [], {}, [], 0
+            episodes = torch.unique(batch.episode_index).tolist()
+            for _ in range(cfg.train.epochs):
+                order = episodes[:]
+                rng.shuffle(order)
+                for chunk in range(cfg.train.minibatches):
+                    chosen = set(order[chunk::cfg.train.minibatches])
+                    rows = [r for r in range(batch.num_rows) if int(batch.episode_index[r]) in chosen]
+                    minibatch = batch.rows(rows).with_normalizers()
+                    optimizer.zero_grad(set_to_none=True)
+                    total = 0.0
+                    for micro in minibatch.micro_batches(cfg.train.micro_batch_tokens):
+                        loss, metrics = objective.loss(micro, policy_logprobs(policy, micro))
+                        loss.backward()
+                        total += float(loss.detach())
+                        share = micro.num_response_tokens / max(1, minibatch.num_response_tokens)
+                        for key, value in metrics.items():
+                            objective_metrics[key] = objective_metrics.get(key, 0.0) + share * value
+                    clip = cfg.train.grad_clip if cfg.train.grad_clip > 0 else float("inf")
+                    norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
+                    if not (math.isfinite(norm) and math.isfinite(total)):
+                        skipped += 1  # a NaN/inf loss or gradient never reaches the weights
+                        optimizer.zero_grad(set_to_none=True)
+                        continue
+                    optimizer.step()
+                    losses.append(total)
+                    grad_norms.append(norm)
+            updates = max(1, cfg.train.epochs * cfg.train.minibatches)
+            policy.eval()
+            # 5. weights are shared with the HF backend; other backends sync here
+            record = {"step": step + 1, "loss": sum(losses) / max(1, len(losses)) if losses else float("nan"),
+                      **_summary(rollout), "tokens": batch.num_response_tokens,
+                      "grad_norm": sum(grad_norms) / max(1, len(grad_norms)), "skipped_updates": skipped,
+                      "lr": cfg.train.lr, "step_s": 0.0,
+                      **{k: v / updates for k, v in objective_metrics.items()}}
+            # 6. periodic greedy evaluation
+            last = step + 1 == cfg.train.steps
+            if last or (cfg.eval.every and (step + 1) % cfg.eval.every == 0):
+                stats = evaluate(backend, cfg, eval_envs, cfg.eval.episodes)
+                _append_jsonl(run_dir / "eval.jsonl", {"step": step + 1, "split": cfg.env.eval_split,
+                                                      "episodes": stats.episodes, **_summary(stats)})
+            record["step_s"] = time.perf_counter() - started
+            _append_jsonl(run_dir / "metrics.jsonl", record)
+            # 7. checkpoint
+            if last or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
+                save_checkpoint(run_dir, step + 1, policy, tokenizer, optimizer, {"step": step + 1},
+                                keep=cfg.checkpoint.keep)
+            bar.update(1)
+            bar.set_postfix(success=f"{record['success_rate']:.2f}", loss=f"{record['loss']:.3f}")
+    finally:
+        bar.close()
+        if train_envs is not None:
+            train_envs.close()
+        eval_envs.close()
+    from agentkit.plots import plot_runs
+
+    plot_runs([run_dir], run_dir / "curves.png")
+    return run_dir

@@ -1,0 +1,156 @@
+"""Settings of ``agentkit train``: a YAML file plus dotted overrides (``--set train.lr=1e-5``).
+
+Every field's description is its documentation (``agentkit train --help-config`` prints them).
+Unknown keys are errors with a "did you mean"; cross-field checks say what to change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentkit.core.errors import ConfigError, did_you_mean
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class EnvSection(_Section):
+    id: str = Field("textworld/coin-v0", description="Environment id (agentkit envs list).")
+    kwargs: dict[str, Any] = Field(default_factory=lambda: {"level": 2}, description="Environment settings.")
+    eval_split: str = Field("eval", description="Held-out split for periodic greedy evaluation.")
+    max_turns: int = Field(8, gt=0, description="Turns per episode before truncation.")
+    workers: int = Field(0, ge=0, description="Environment worker processes (0 = in the training process).")
+
+
+class RolloutSection(_Section):
+    tasks_per_step: int = Field(4, gt=0, description="Tasks sampled per training step.")
+    group_size: int = Field(4, gt=0, description="Episodes per task (GRPO groups).")
+    context: Literal["chat", "window"] = Field("chat", description="Context mode of the rollouts.")
+    window: int = Field(3, ge=0, description="History turns in window mode.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(24, gt=0, description="Most tokens per response.")
+    show_admissible: bool = Field(True, description="List the admissible actions in observations.")
+
+
+class ObjectiveSection(_Section):
+    name: str = Field("grpo", description="Objective (agentkit objectives list).")
+    args: dict[str, Any] = Field(default_factory=dict, description="The objective's own settings.")
+
+
+class TrainSection(_Section):
+    steps: int = Field(20, gt=0, description="Training steps (one rollout batch each).")
+    lr: float = Field(3e-4, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    grad_clip: float = Field(1.0, ge=0, description="Max global gradient norm (0 = off).")
+    epochs: int = Field(1, gt=0, description="Passes over each step's batch.")
+    minibatches: int = Field(1, gt=0, description="Optimizer steps per pass (the batch is split by episode).")
+    micro_batch_tokens: int = Field(16384, gt=0, description="Padded tokens per forward/backward micro-batch.")
+    demos: str | None = Field(None, description="Demonstrations JSONL (agentkit demos) for objectives that train on them.")
+    demos_per_step: int = Field(16, gt=0, description="Demonstration episodes per step.")
+
+
+class EvalSection(_Section):
+    every: int = Field(5, ge=0, description="Evaluate every N steps (0 = only at the end).")
+    episodes: int = Field(16, gt=0, description="Greedy evaluation episodes (eval split seeds 0..N-1).")
+
+
+class CheckpointSection(_Section):
+    every: int = Field(5, ge=0, description="Checkpoint every N steps (0 = only at the end).")
+    keep: int = Field(2, gt=0, description="Checkpoints kept (oldest removed).")
+
+
+class TrainConfig(_Section):
+    model: str | None = Field(None, description="Policy model folder (default: the tiny default model).")
+    out: str = Field("runs/train", description="Run folder.")
+    seed: int = Field(0, ge=0, description="Seeds task sampling, sampling and initialization order.")
+    env: EnvSection = Field(default_factory=EnvSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    objective: ObjectiveSection = Field(default_factory=ObjectiveSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> TrainConfig:
+        from agentkit.objectives import make_objective
+
+        objective = make_objective(self.objective.name, self.objective.args)
+        if objective.uses_demonstrations and not self.train.demos:
+            raise ValueError(
+                f"objective {self.objective.name!r} trains on demonstrations: set train.demos=FILE "
+                "(make one with `agentkit demos --env ID --episodes N --out FILE`)."
+            )
+        if not objective.uses_demonstrations and self.rollout.group_size < 2 and self.objective.name == "grpo":
+            raise ValueError("grpo compares episodes within a group: rollout.group_size must be >= 2.")
+        if self.train.minibatches > self.rollout.tasks_per_step * self.rollout.group_size:
+            raise ValueError("train.minibatches is larger than the number of episodes per step.")
+        return self
+
+
+def _set_dotted(data: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: {key!r} is not a section.")
+    node[keys[-1]] = value
+
+
+def _unknown_key_message(loc: tuple, model: type[BaseModel]) -> str:
+    node: Any = model
+    path = []
+    for part in loc:
+        fields = getattr(node, "model_fields", None)
+        if fields is None:
+            break
+        if part not in fields:
+            return f"unknown key {'.'.join([*path, str(part)])!r}.{did_you_mean(str(part), fields)} Known here: {sorted(fields)}"
+        path.append(str(part))
+        node = fields[part].annotation
+    return f"unknown key {'.'.join(str(p) for p in loc)!r}"
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **flags: Any) -> TrainConfig:
+    """Build the config from a YAML file, then ``section.key=value`` overrides, then flags."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"Cannot read config {path}: {err}") from err
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"Config {path} must be a YAML mapping of sections, got {type(loaded).__name__}.")
+        data = loaded
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects section.key=value, got {item!r} (e.g. --set train.lr=1e-5).")
+        _set_dotted(data, key.strip(), yaml.safe_load(raw))
+    for dotted, value in flags.items():
+        if value is not None:
+            _set_dotted(data, dotted, value)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as err:
+        problems = []
+        for e in err.errors():
+            if e["type"] == "extra_forbidden":
+                problems.append(_unknown_key_message(tuple(e["loc"]), TrainConfig))
+            else:
+                loc = ".".join(str(p) for p in e["loc"])
+                problems.append(f"{loc or 'config'}: {e['msg']}")
+        raise ConfigError("Invalid training config:\n  " + "\n  ".join(problems)) from err
+    except ConfigError:
+        raise
+
+
+def dump_config(config: TrainConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,162 @@
+"""From trajectories to padded token tensors that every objective shares.
+
+A row is one sequence the policy is run on: a whole episode in chat mode (every turn's context
+and response ids concatenated, exactly as sampled) or one turn in window mode. Tensors are over
+*target* positions: column t holds token ``input_ids[:, t + 1]`` predicted from the prefix up to t,
+so ``logprobs[b, t] = log pi(input_ids[b, t + 1] | input_ids[b, : t + 1])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+from agentkit.core.trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Everything an objective's loss needs, padded to ``[B, L]`` (L = longest row - 1).
+
+    Attributes:
+        input_ids: [B, L+1] token ids (right-padded with 0).
+        attention_mask: [B, L+1] 1 on real tokens.
+        response_mask: [B, L] 1 where the target token is a sampled response token.
+        old_logprobs: [B, L] logprobs recorded at sampling (0 elsewhere).
+        advantages: [B, L] per-token advantage (0 where unused).
+        weights: [B, L] per-token weight (1 on response tokens unless an objective says otherwise).
+        episode_index: [B] which trajectory each row came from (rows of one episode in window mode).
+        turn_index: [B, L] turn number of each target token (-1 outside responses).
+        ref_logprobs: [B, L] a frozen reference's logprobs, when the objective asks for them.
+        token_normalizer: response tokens in the whole optimizer minibatch (token-mean).
+        sequence_normalizer: episodes in the whole minibatch (sequence-mean).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    weights: torch.Tensor
+    episode_index: torch.Tensor
+    turn_index: torch.Tensor
+    ref_logprobs: torch.Tensor | None = None
+    token_normalizer: float = 1.0
+    sequence_normalizer: float = 1.0
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_response_tokens(self) -> int:
+        return int(self.response_mask.sum().item())
+
+    def rows(self, index: Sequence[int] | torch.Tensor) -> TokenBatch:
+        """A sub-batch of rows, trimmed to its own longest row; normalizers are kept."""
+        index = torch.as_tensor(index, dtype=torch.long)
+        length = int(self.attention_mask[index].sum(dim=1).max().item())
+        values = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, torch.Tensor):
+                values[f.name] = value
+                continue
+            value = value[index]
+            if value.dim() == 2:
+                value = value[:, : length if f.name in ("input_ids", "attention_mask") else length - 1]
+            values[f.name] = value
+        return TokenBatch(**values)
+
+    def with_normalizers(self) -> TokenBatch:
+        """Set the normalizers from this batch (call on a whole optimizer minibatch)."""
+        episodes = int(torch.unique(self.episode_index).numel())
+        return replace(self, token_normalizer=max(1.0, float(self.num_response_tokens)),
+                       sequence_normalizer=max(1.0, float(episodes)))
+
+    def micro_batches(self, max_tokens: int) -> list[TokenBatch]:
+        """Split into micro-batches whose padded size (rows x longest row) stays within ``max_tokens``
+        (a single longer row is its own micro-batch). Rows are grouped by length to waste less padding."""
+        lengths = self.attention_mask.sum(dim=1).tolist()
+        order = sorted(range(self.num_rows), key=lambda i: lengths[i])
+        chunks, current = [], []
+        for i in order:
+            longest = max([lengths[j] for j in current] + [lengths[i]])
+            if current and longest * (len(current) + 1) > max_tokens:
+                chunks.append(current)
+                current = []
+            current.append(i)
+        if current:
+            chunks.append(current)
+        return [self.rows(chunk) for chunk in chunks]
+
+
+@dataclass(frozen=True)
+class _Row:
+    ids: list[int]
+    response: list[bool]
+    old_logprobs: list[float]
+    turns: list[int]
+    episode: int
+
+
+def trajectory_rows(trajectories: Sequence[Trajectory]) -> list[_Row]:
+    """One row per episode (chat) or per turn (window), response positions marked."""
+    rows = []
+    for episode, traj in enumerate(trajectories):
+        if traj.context_mode == "chat":
+            ids, response, old, turns = [], [], [], []
+            for t, turn in enumerate(traj.turns):
+                ids += turn.context_ids + turn.response_ids
+                response += [False] * len(turn.context_ids) + [True] * len(turn.response_ids)
+                old += [0.0] * len(turn.context_ids) + list(turn.response_logprobs)
+                turns += [-1] * len(turn.context_ids) + [t] * len(turn.response_ids)
+            if ids:
+                rows.append(_Row(ids, response, old, turns, episode))
+        else:
+            for t, turn in enumerate(traj.turns):
+                ids = turn.context_ids + turn.response_ids
+                rows.append(_Row(ids, [False] * len(turn.context_ids) + [True] * len(turn.response_ids),
+                                 [0.0] * len(turn.context_ids) + list(turn.response_logprobs),
+                                 [-1] * len(turn.context_ids) + [t] * len(turn.response_ids), episode))
+    return rows
+
+
+def build_batch(trajectories: Sequence[Trajectory], episode_advantages: Sequence[float] | None = None) -> TokenBatch:
+    """Pad the trajectories' rows into a ``TokenBatch``; each episode's advantage goes to all its
+    response tokens (0 when ``episode_advantages`` is None)."""
+    rows = trajectory_rows(trajectories)
+    if not rows:
+        raise ValueError("no tokens to train on: every trajectory is empty")
+    width = max(len(r.ids) for r in rows)
+    batch, length = len(rows), width - 1
+    input_ids = torch.zeros((batch, width), dtype=torch.long)
+    attention = torch.zeros((batch, width), dtype=torch.long)
+    response = torch.zeros((batch, length), dtype=torch.float32)
+    old = torch.zeros((batch, length), dtype=torch.float32)
+    turn_index = torch.full((batch, length), -1, dtype=torch.long)
+    advantages = torch.zeros((batch, length), dtype=torch.float32)
+    for b, row in enumerate(rows):
+        n = len(row.ids)
+        input_ids[b, :n] = torch.tensor(row.ids)
+        attention[b, :n] = 1
+        # the target at column t is token t+1
+        response[b, : n - 1] = torch.tensor(row.response[1:], dtype=torch.float32)
+        old[b, : n - 1] = torch.tensor(row.old_logprobs[1:])
+        turn_index[b, : n - 1] = torch.tensor(row.turns[1:])
+        if episode_advantages is not None:
+            advantages[b, : n - 1] = float(episode_advantages[row.episode])
+    advantages = advantages * response
+    return TokenBatch(
+        input_ids=input_ids, attention_mask=attention, response_mask=response, old_logprobs=old,
+        advantages=advantages, weights=response.clone(), turn_index=turn_index,
+        episode_index=torch.tensor([r.episode for r in rows], dtype=torch.long),
+    ).with_normalizers()
+
+
+def policy_logprobs(model, batch: TokenBatch) -> torch.Tensor:
+    """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled)."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()  # [B, L, V]
+    return torch.log_softmax(logits, dim=-1).gather(2, batch.input_ids[:, 1:, None]).squeeze(2)  # [B, L]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from agentkit.objectives import build_batch
 from pydantic import BaseModel, ConfigDict, Field
 

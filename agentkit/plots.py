@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 BASE = ["success_rate", "return_mean", "loss"]
-SKIP = {"step", "tokens", "lr", "step_s", "skipped_updates", "rollout_tokens_per_s", "turns_mean", "invalid_rate", "grad_norm"}
+SKIP = {"data", "step", "tokens", "lr", "step_s", "skipped_updates", "rollout_tokens_per_s", "turns_mean", "invalid_rate", "grad_norm"}
 
 
 def _read(path: Path) -> list[dict]:

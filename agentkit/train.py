@@ -188,7 +188,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
             record = {"step": step + 1, "loss": sum(losses) / max(1, len(losses)) if losses else float("nan"),
                       **_summary(rollout), "tokens": batch.num_response_tokens,
                       "grad_norm": sum(grad_norms) / max(1, len(grad_norms)), "skipped_updates": skipped,
-                      "lr": cfg.train.lr, "step_s": 0.0,
+                      "lr": cfg.train.lr, "step_s": 0.0, "data": "demonstrations" if demos is not None else "rollouts",
                       **{k: v / updates for k, v in objective_metrics.items()}}
             # 6. periodic greedy evaluation
             last = step + 1 == cfg.train.steps

@@ -74,6 +74,11 @@ def test_sft_learns_the_task(sft_model, tmp_path):
                         max_turns=3, env_workers=0, out=str(tmp_path / "e.jsonl"))
     stats, _ = run_rollout(cfg, sft_model)
     assert stats.success_rate >= 0.75, "12 SFT steps teach 'take coin' on held-out level-1 games"
+    result = subprocess.run([sys.executable, "-m", "agentkit.cli", "eval", "--env", "textworld/coin-v0", "--model",
+                             str(sft_model), "--episodes", "4", "--max-turns", "3", "--env-workers", "0",
+                             "--env-kwargs", "level=1"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "greedy" in result.stdout and "success rate" in result.stdout
 
 
 GRPO = [*COIN1, "objective.name=grpo", "objective.args.invalid_action_penalty=0.1", "objective.args.kl_coef=0.01",

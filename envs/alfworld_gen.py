@@ -40,10 +40,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import random
-import shutil
-import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from agentkit.core.errors import ConfigError, EnvError
+from agentkit.core.paths import build_folder_once, cache_dir
 
 GENERATOR_VERSION = "gen-v1"  # part of the cache path: bump when generated games change
 
@@ -344,8 +342,6 @@ Solver = Callable[[dict[str, Any]], list[str]]
 
 def game_folder(split: str, task_type: str, index: int, root: Path | None = None) -> Path:
     """Where game ``index`` of this split and task type lives in the cache."""
-    from agentkit.core.paths import cache_dir
-
     base = root or cache_dir() / "alfworld"
     return base / GENERATOR_VERSION / normalize_split(split) / task_type / str(index)
 
@@ -375,18 +371,8 @@ def generate_game(split: str, task_type: str, index: int, solve: Solver, root: P
             f"after {MAX_ATTEMPTS} attempts; try another seed."
         )
     game = {**generated.game, "solvable": True, "walkthrough": plan}
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{index}-", dir=folder.parent))
-    try:
+    with build_folder_once(folder, game_file.name) as tmp:
         (tmp / "game.tw-pddl").write_text(json.dumps(game, sort_keys=True, indent=1))
         (tmp / "traj_data.json").write_text(json.dumps(generated.traj_data, sort_keys=True, indent=1))
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if not game_file.exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return game_file
 

@@ -36,15 +36,13 @@ import hashlib
 import json
 import os
 import random
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from agentkit.core.errors import ConfigError
-from agentkit.core.paths import cache_dir
+from agentkit.core.paths import build_folder_once, cache_dir
 
 GENERATOR_VERSION = 1
 DEFAULT_NUM_PASSAGES = 3000
@@ -630,18 +628,8 @@ def generated_dir(seed: int = 0, num_passages: int = DEFAULT_NUM_PASSAGES) -> Pa
     folder = root / f"seed{seed}-n{num_passages}-v{GENERATOR_VERSION}"
     if (folder / META_FILE).exists():
         return folder
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
-    try:
+    with build_folder_once(folder, META_FILE) as tmp:
         _write_files(tmp, generate(seed, num_passages))
-        try:
-            os.rename(tmp, folder)  # atomic; another process may have won the race
-        except OSError:
-            if not (folder / META_FILE).exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 

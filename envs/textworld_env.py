@@ -17,14 +17,12 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 from agentkit.core.errors import ConfigError, EnvError
-from agentkit.core.paths import cache_dir
+from agentkit.core.paths import build_folder_once, cache_dir
 
 SEEDS_PER_SPLIT = 1_000_000
 EVAL_SEED_OFFSET = 1_000_000
@@ -70,8 +68,7 @@ def game_path(challenge: str, split: str, seed: int, settings: dict[str, Any], r
         return game_file
     folder.parent.mkdir(parents=True, exist_ok=True)
     (folder.parent / "settings.json").write_text(json.dumps(full, sort_keys=True, indent=1))
-    tmp = Path(tempfile.mkdtemp(prefix=f".{split}-{seed}-", dir=folder.parent))
-    try:
+    with build_folder_once(folder, "game.json") as tmp:
         options = textworld.GameOptions()
         options.seeds = (EVAL_SEED_OFFSET if split == "eval" else 0) + seed
         options.path = str(tmp / "game.z8")
@@ -82,14 +79,6 @@ def game_path(challenge: str, split: str, seed: int, settings: dict[str, Any], r
             warnings.filterwarnings("ignore", message=".*is not fully supported.*")
             game = make_game(full, options)
             textworld.generator.compile_game(game, options)
-        try:
-            os.rename(tmp, folder)  # atomic: another process may have won the race
-        except OSError:
-            if not game_file.exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return game_file
 
 

@@ -101,6 +101,11 @@ def turn_seed(base: int, task_seed: int, sample: int, turn: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+def _expert_action(info: dict[str, Any]) -> str | None:
+    plan = info.get("expert_plan")
+    return str(plan[0]) if isinstance(plan, (list, tuple)) and plan else None
+
+
 @dataclass
 class _Episode:
     """Bookkeeping for one episode in flight."""
@@ -111,6 +116,8 @@ class _Episode:
     info: dict[str, Any] = field(default_factory=dict)
     task: str = ""
     privileged: str | None = None
+    skills: list[str] = field(default_factory=list)
+    skill_text: str | None = None  # shown to the policy (skill-conditioned policies only)
     context: list[int] = field(default_factory=list)  # chat mode: every token so far
     new_context: list[int] = field(default_factory=list)  # this turn's new context tokens
     history: list[tuple[str, str]] = field(default_factory=list)  # window mode
@@ -132,6 +139,9 @@ class Collector:
         window: turns of history in window mode.
         show_admissible: list the admissible actions in each observation.
         system_prompt: the system message.
+        skills: picks each episode's skills after reset: ``skills(spec, task, info) -> (ids, text)``
+            (``agentkit.skillbank.SkillSelector``); ids are recorded, ``text`` (None = teacher-only)
+            is put before the first observation.
         max_in_flight: episodes played at once (environment slots); 0 = all.
         batch_wait_s: how long to wait for more environments once some episodes are ready to
             generate; None = half the duration of the last generate call.
@@ -149,6 +159,7 @@ class Collector:
         window: int = 3,
         show_admissible: bool = True,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        skills: Callable[[EpisodeSpec, str, dict[str, Any]], tuple[list[str], str | None]] | None = None,
         max_in_flight: int = 0,
         batch_wait_s: float | None = None,
     ) -> None:
@@ -161,6 +172,7 @@ class Collector:
         self.sampling = sampling or SamplingParams()
         self.context_mode = context
         self.show_admissible = show_admissible
+        self.skills = skills
         self.max_in_flight = max_in_flight
         self.batch_wait_s = batch_wait_s
         tokenizer = backend.tokenizer
@@ -170,6 +182,8 @@ class Collector:
     # -- prompts and records -----------------------------------------------------------------
     def _prepare_prompt(self, ep: _Episode, *, first: bool) -> None:
         user_text = format_observation(ep.observation, ep.info, show_admissible=self.show_admissible, first=first)
+        if ep.skill_text and (first or self.window is not None):
+            user_text = f"{ep.skill_text}\n\n{user_text}"
         if self.chat is not None:
             if first:
                 ep.new_context = self.chat.first(user_text)
@@ -192,7 +206,7 @@ class Collector:
             won=bool(info.get("won", False)), score=float(info.get("score", 0.0) or 0.0),
             terminated=terminated, truncated=truncated, model=self.backend.name,
             sampling=self.sampling.to_dict(), context_mode=self.context_mode, privileged=ep.privileged,
-            error=error, created_at=time.time(),
+            error=error, skills=list(ep.skills), skills_in_prompt=ep.skill_text is not None, created_at=time.time(),
         )
 
     # -- the loop ----------------------------------------------------------------------------
@@ -232,6 +246,9 @@ class Collector:
                     return
                 ep.observation, ep.info = result.value
                 ep.task, ep.privileged = ep.info.get("task") or "", ep.info.get("privileged")
+                if self.skills is not None:
+                    ids, ep.skill_text = self.skills(ep.spec, ep.task, ep.info)
+                    ep.skills = list(ids)
                 self._prepare_prompt(ep, first=True)
                 ready.append(ep)
                 return
@@ -245,7 +262,7 @@ class Collector:
             ep.turns.append(Turn(
                 observation=ep.observation, context_ids=ep.new_context, action=info.get("action"),
                 action_valid=bool(info.get("action_valid", False)), reward=float(reward), feedback=obs,
-                env_s=result.elapsed_s, error=result.error, **turn,
+                env_s=result.elapsed_s, error=result.error, expert_action=_expert_action(ep.info), **turn,
             ))
             ep.history.append((ep.observation, info.get("action") or turn["response_text"].strip()))
             ep.info = info

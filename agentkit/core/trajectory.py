@@ -39,6 +39,8 @@ class Turn:
         generation_s: seconds the batched generate call that produced this turn took.
         env_s: seconds the environment step took.
         error: an error raised while stepping (the episode then ends truncated), else None.
+        expert_action: the environment's expert action for this turn's state (its plan's next
+            step), when it has one; judges and viewers compare the agent's action with it.
     """
 
     observation: str
@@ -54,6 +56,7 @@ class Turn:
     generation_s: float = 0.0
     env_s: float = 0.0
     error: str | None = None
+    expert_action: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class Trajectory:
         context_mode: "chat" or "window".
         privileged: text only a teacher may see (expert plan, gold answer), from reset.
         error: why the episode was cut, if it was cut by an error.
+        skills: ids of the skills retrieved for this episode (from the run's skill bank).
+        skills_in_prompt: the policy itself saw those skills (skill-conditioned policies); else
+            only a teacher did.
         created_at: UNIX time the record was written.
     """
 
@@ -100,6 +106,8 @@ class Trajectory:
     context_mode: ContextMode = "chat"
     privileged: str | None = None
     error: str | None = None
+    skills: list[str] = field(default_factory=list)
+    skills_in_prompt: bool = False
     created_at: float = 0.0
     schema_version: int = field(default=SCHEMA_VERSION)
 
@@ -132,8 +140,9 @@ _TURN_TYPES: dict[str, tuple[type, ...]] = {
     "generation_s": (int, float),
     "env_s": (int, float),
     "error": (str, type(None)),
+    "expert_action": (str, type(None)),
 }
-_TURN_OPTIONAL = {"finish_reason", "generation_s", "env_s", "error"}
+_TURN_OPTIONAL = {"finish_reason", "generation_s", "env_s", "error", "expert_action"}
 
 _TRAJ_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,),
@@ -154,10 +163,12 @@ _TRAJ_TYPES: dict[str, tuple[type, ...]] = {
     "context_mode": (str,),
     "privileged": (str, type(None)),
     "error": (str, type(None)),
+    "skills": (list,),
+    "skills_in_prompt": (bool,),
     "created_at": (int, float),
     "schema_version": (int,),
 }
-_TRAJ_OPTIONAL = {"context_mode", "privileged", "error", "created_at"}
+_TRAJ_OPTIONAL = {"context_mode", "privileged", "error", "skills", "skills_in_prompt", "created_at"}
 
 
 def _check_fields(record: dict, types: dict, optional: set, where: str) -> None:
@@ -216,6 +227,8 @@ def _trajectory_from_dict(record: Any, where: str) -> Trajectory:
         raise TrajectoryFormatError(f"{where}: unsupported schema_version {version!r}; expected {SCHEMA_VERSION}.")
     if record.get("context_mode", "chat") not in ("chat", "window"):
         raise TrajectoryFormatError(f"{where}: context_mode must be 'chat' or 'window', got {record['context_mode']!r}.")
+    if not all(isinstance(s, str) for s in record.get("skills", [])):
+        raise TrajectoryFormatError(f"{where}: 'skills' must be a list of skill id strings.")
     turns = [_turn_from_dict(t, f"{where}, turn {i}") for i, t in enumerate(record["turns"])]
     fields = dict(record)
     fields["turns"] = turns

@@ -1,0 +1,159 @@
+"""Teachers backed by a transformers model: ``self`` (the policy that sampled the rollout) and
+``model`` (a separate, usually larger, local Hugging Face folder).
+
+Both score the student's own tokens: for each response token, the teacher's log-prob of it, the
+teacher's top-1 log-prob at that position, and optionally the top-k (or full-vocabulary)
+distribution, with the privileged block (``teachers.context``) in front of the student's ids.
+Scoring runs without gradients. Other backends (vLLM ``prompt_logprobs``, OpenAI-compatible
+servers) implement the same ``score`` method and plug in through ``agentkit.teachers``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from agentkit.skillbank.bank import SkillBank
+from agentkit.teachers.context import SOURCES, prefix_ids, privileged_text
+from agentkit.teachers.scores import TeacherScores
+
+from agentkit.core.errors import ConfigError, ModelError
+from agentkit.core.trajectory import Trajectory
+
+
+def check_same_tokenizer(student: Any, teacher: Any, teacher_name: str) -> None:
+    """Refuse a teacher whose token ids mean something else than the student's."""
+    if student is teacher:
+        return
+    s_vocab, t_vocab = student.get_vocab(), teacher.get_vocab()
+    if s_vocab != t_vocab:
+        only_s = sorted(set(s_vocab) - set(t_vocab))[:5]
+        only_t = sorted(set(t_vocab) - set(s_vocab))[:5]
+        moved = [tok for tok in set(s_vocab) & set(t_vocab) if s_vocab[tok] != t_vocab[tok]][:5]
+        raise ModelError(
+            f"Teacher {teacher_name} has a different tokenizer from the student (vocabulary {len(t_vocab)} vs "
+            f"{len(s_vocab)} tokens; only in the student: {only_s}, only in the teacher: {only_t}, different ids: "
+            f"{moved}). Token-level distillation compares the two models' log-probs of the same token ids, so they "
+            "must share one tokenizer: build both with `agentkit model init` (any --size), or pick a teacher of the "
+            "student's family."
+        )
+
+
+class ModelTeacher:
+    """Scores student tokens with a causal LM.
+
+    Args:
+        model: the teacher module (for ``self``, the policy module itself).
+        tokenizer: the teacher's tokenizer (checked against the student's by ``make_teacher``).
+        name: for messages and metrics.
+        privileged: which privileged sources to show it: "skills" (retrieved skills), "env" (the
+            environment's privileged info).
+        bank: where retrieved skill ids are looked up.
+        micro_batch_tokens: padded tokens per scoring forward pass.
+    """
+
+    def __init__(self, model, tokenizer, *, name: str, privileged: Sequence[str] = (), bank: SkillBank | None = None,
+                 micro_batch_tokens: int = 16384) -> None:
+        unknown = [p for p in privileged if p not in SOURCES]
+        if unknown:
+            raise ConfigError(f"Unknown privileged source(s) {unknown}; choose from {list(SOURCES)}.")
+        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.privileged, self.bank = tuple(privileged), bank
+        self.micro_batch_tokens = micro_batch_tokens
+
+    def prefixes(self, trajectories: Sequence[Trajectory]) -> list[list[int]]:
+        return [prefix_ids(self.tokenizer, privileged_text(t, self.privileged, self.bank)) for t in trajectories]
+
+    @torch.no_grad()
+    def score(self, batch, trajectories: Sequence[Trajectory], *, topk: int | None = None) -> TeacherScores:
+        """Teacher log-probs at ``batch``'s response positions.
+
+        ``topk``: None = no distribution; 0 = the full vocabulary; k > 0 = the teacher's top k.
+        """
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._score(batch, self.prefixes(trajectories), topk)
+        finally:
+            self.model.train(was_training)
+
+    def _score(self, batch, prefixes: list[list[int]], topk: int | None) -> TeacherScores:
+        rows, length = batch.num_rows, batch.response_mask.shape[1]
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        out_lp = torch.zeros((rows, length))
+        out_top1 = torch.zeros((rows, length))
+        vocab = None
+        support_ids = support_lp = None
+        order = sorted(range(rows), key=lambda r: len(prefixes[int(batch.episode_index[r])]) + lengths[r])
+        chunk: list[int] = []
+        chunks = []
+        for r in order:
+            width = max([len(prefixes[int(batch.episode_index[j])]) + lengths[j] for j in chunk + [r]])
+            if chunk and width * (len(chunk) + 1) > self.micro_batch_tokens:
+                chunks.append(chunk)
+                chunk = []
+            chunk.append(r)
+        if chunk:
+            chunks.append(chunk)
+        for chunk in chunks:
+            seqs = [prefixes[int(batch.episode_index[r])] + batch.input_ids[r, : lengths[r]].tolist() for r in chunk]
+            width = max(len(s) for s in seqs)
+            ids = torch.zeros((len(seqs), width), dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            for i, s in enumerate(seqs):
+                ids[i, : len(s)] = torch.tensor(s)
+                mask[i, : len(s)] = 1
+            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()  # [b, W, V]
+            logp = torch.log_softmax(logits, dim=-1)
+            vocab = logp.shape[-1]
+            if topk is not None and support_lp is None:
+                k = vocab if topk == 0 else min(topk, vocab)
+                support_lp = torch.zeros((rows, length, k))
+                support_ids = None if topk == 0 else torch.zeros((rows, length, k), dtype=torch.long)
+            for i, r in enumerate(chunk):
+                p, n = len(prefixes[int(batch.episode_index[r])]), lengths[r]
+                # batch column t predicts input_ids[r, t+1]; in the teacher row that is position p+t
+                row_lp = logp[i, p : p + n - 1]  # [n-1, V]
+                targets = batch.input_ids[r, 1:n]
+                out_lp[r, : n - 1] = row_lp.gather(1, targets[:, None]).squeeze(1)
+                out_top1[r, : n - 1] = row_lp.max(dim=1).values
+                if support_lp is not None:
+                    if support_ids is None:
+                        support_lp[r, : n - 1] = row_lp
+                    else:
+                        values, indices = row_lp.topk(support_lp.shape[-1], dim=1)
+                        support_lp[r, : n - 1], support_ids[r, : n - 1] = values, indices
+        mask = batch.response_mask
+        if support_lp is not None:
+            support_lp = support_lp * mask[..., None]
+        return TeacherScores(logprobs=out_lp * mask, top1=out_top1 * mask, support_ids=support_ids,
+                             support_logprobs=support_lp)
+
+    def generation_backend(self, seed: int = 0):
+        """A greedy generation backend over the same weights (for the turn judge)."""
+        from agentkit.rollout.hf_backend import HFBackend
+
+        return HFBackend(self.model, self.tokenizer, seed=seed, name=self.name)
+
+
+def self_teacher(*, policy, tokenizer, bank: SkillBank | None = None, privileged: Sequence[str] = ("skills",),
+                 **_: Any) -> ModelTeacher:
+    """The policy itself, with privileged context (OPSD, SDAR, RLSD, Skill-SD)."""
+    return ModelTeacher(policy, tokenizer, name="self", privileged=privileged, bank=bank)
+
+
+def model_teacher(arg: str | None = None, *, tokenizer, bank: SkillBank | None = None,
+                  privileged: Sequence[str] = (), **_: Any) -> ModelTeacher:
+    """A separate local Hugging Face model folder: ``model:DIR``."""
+    from agentkit.rollout.hf_backend import load_causal_lm, load_tokenizer
+
+    if not arg:
+        raise ConfigError("The `model` teacher needs a folder: --teacher model:DIR (a Hugging Face model folder).")
+    path = Path(arg)
+    teacher_tokenizer = load_tokenizer(path)
+    check_same_tokenizer(tokenizer, teacher_tokenizer, str(path))
+    model = load_causal_lm(path)
+    model.requires_grad_(False)
+    return ModelTeacher(model, teacher_tokenizer, name=f"model:{path}", privileged=privileged, bank=bank)

@@ -9,7 +9,7 @@ so ``logprobs[b, t] = log pi(input_ids[b, t + 1] | input_ids[b, : t + 1])``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -30,6 +30,11 @@ class TokenBatch:
         episode_index: [B] which trajectory each row came from (rows of one episode in window mode).
         turn_index: [B, L] turn number of each target token (-1 outside responses).
         ref_logprobs: [B, L] a frozen reference's logprobs, when the objective asks for them.
+        teacher_logprobs: [B, L] the teacher's logprob of each sampled token (distillation objectives).
+        teacher_top1: [B, L] the teacher's top-1 logprob at each response position.
+        teacher_support_ids: [B, L, K] the teacher's top-k ids (None with a full-vocabulary support).
+        teacher_support_logprobs: [B, L, K or V] the teacher's logprobs over that support.
+        metrics: diagnostics computed while preparing (judge label shares, ...), logged per step.
         token_normalizer: response tokens in the whole optimizer minibatch (token-mean).
         sequence_normalizer: episodes in the whole minibatch (sequence-mean).
     """
@@ -43,6 +48,11 @@ class TokenBatch:
     episode_index: torch.Tensor
     turn_index: torch.Tensor
     ref_logprobs: torch.Tensor | None = None
+    teacher_logprobs: torch.Tensor | None = None
+    teacher_top1: torch.Tensor | None = None
+    teacher_support_ids: torch.Tensor | None = None
+    teacher_support_logprobs: torch.Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
     token_normalizer: float = 1.0
     sequence_normalizer: float = 1.0
 
@@ -65,7 +75,7 @@ class TokenBatch:
                 values[f.name] = value
                 continue
             value = value[index]
-            if value.dim() == 2:
+            if value.dim() >= 2:
                 value = value[:, : length if f.name in ("input_ids", "attention_mask") else length - 1]
             values[f.name] = value
         return TokenBatch(**values)
@@ -156,7 +166,17 @@ def build_batch(trajectories: Sequence[Trajectory], episode_advantages: Sequence
     ).with_normalizers()
 
 
-def policy_logprobs(model, batch: TokenBatch) -> torch.Tensor:
-    """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled)."""
+def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
+    """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled).
+
+    With ``support``, also the policy's logprobs over the teacher's support: [B, L, K] at
+    ``batch.teacher_support_ids``, or [B, L, V] (the whole vocabulary) when those are None.
+    """
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()  # [B, L, V]
-    return torch.log_softmax(logits, dim=-1).gather(2, batch.input_ids[:, 1:, None]).squeeze(2)  # [B, L]
+    logp = torch.log_softmax(logits, dim=-1)  # [B, L, V]
+    sampled = logp.gather(2, batch.input_ids[:, 1:, None]).squeeze(2)  # [B, L]
+    if not support:
+        return sampled
+    if batch.teacher_support_ids is None:
+        return sampled, logp
+    return sampled, logp.gather(2, batch.teacher_support_ids)  # [B, L, K]

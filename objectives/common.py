@@ -64,3 +64,36 @@ def clipped_pg(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: t
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * advantages
     return -torch.minimum(unclipped, clipped), (clipped < unclipped)
+
+
+def with_teacher(batch: TokenBatch, teacher, trajectories: Sequence, *, topk: int | None = None,
+                 objective: str = "this objective") -> TokenBatch:
+    """Score the batch's response tokens with ``teacher`` (no gradients) and attach the scores."""
+    from dataclasses import replace
+
+    if teacher is None:
+        from agentkit.core.errors import ConfigError
+
+        raise ConfigError(f"{objective} needs a teacher: pass --teacher self or --teacher model:DIR "
+                          "(agentkit train --help).")
+    scores = teacher.score(batch, trajectories, topk=topk)
+    return replace(batch, teacher_logprobs=scores.logprobs, teacher_top1=scores.top1,
+                   teacher_support_ids=scores.support_ids, teacher_support_logprobs=scores.support_logprobs)
+
+
+def teacher_logprobs(batch: TokenBatch, objective: str) -> torch.Tensor:
+    if batch.teacher_logprobs is None:
+        raise ValueError(f"{objective}: batch.teacher_logprobs is missing; build the batch with the objective's "
+                         "prepare(), which asks the teacher.")
+    return batch.teacher_logprobs.detach()  # a teacher quantity never carries gradient
+
+
+def opd_advantages(logprobs: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token advantage -k_t = -(logS - logT), detached (the sampled reverse-KL estimate)."""
+    return -(logprobs.detach() - teacher) * mask
+
+
+def gap_metrics(gap: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Teacher-student gap delta = logT - logS over response tokens."""
+    return {"gap_mean": float(masked_mean(gap, mask)),
+            "negative_gap_share": float(masked_mean((gap < 0).float(), mask))}

@@ -28,6 +28,14 @@ class Objective(Protocol):
         Config: the pydantic model of its settings (unknown keys are errors).
         needs_reference: the loop must fill ``batch.ref_logprobs`` from a frozen reference model.
         uses_demonstrations: trains on expert demonstrations (``train.demos``) instead of rollouts.
+
+    Optional attributes (the loop reads them with defaults of False/None):
+        needs_teacher: ``prepare`` asks a teacher (the constructor's ``teacher=``) for token scores.
+        default_teacher: the teacher used when ``--teacher`` is not given ("self"), or None.
+        uses_skills: episodes get skills from the skill bank (recorded in trajectories).
+        policy_sees_skills: the skills go into the policy's own prompt (train and eval).
+        needs_support: ``loss(batch, logprobs, support)`` also takes the policy's log-probs over
+            the teacher's top-k (or the whole vocabulary).
     """
 
     Config: ClassVar[type[BaseModel]]
@@ -47,12 +55,23 @@ REGISTRY = PluginRegistry("agentkit.objectives", "objective")
 for _name, _target, _about in [
     ("sft", "agentkit.objectives.sft:SFT", "negative log-likelihood of demonstration responses"),
     ("grpo", "agentkit.objectives.grpo:GRPO", "group-relative policy optimization (PPO clip, k3 KL)"),
+    ("opd", "agentkit.objectives.opd:OPD", "on-policy distillation from a teacher model (sampled or full KL)"),
+    ("opsd", "agentkit.objectives.opsd:OPSD", "on-policy self-distillation (policy + privileged context)"),
+    ("grpo_opsd", "agentkit.objectives.grpo_opsd:GRPOOPSD", "GRPO + ungated self-distillation (naive hybrid)"),
+    ("sdar", "agentkit.objectives.sdar:SDAR", "GRPO + gated self-distillation (sigmoid of teacher-student gap)"),
+    ("sage_opd", "agentkit.objectives.sage_opd:SAGEOPD", "turn-level judged, confidence-weighted OPD"),
+    ("rlsd", "agentkit.objectives.rlsd:RLSD", "GRPO with teacher-reweighted token advantages"),
+    ("skill_sd", "agentkit.objectives.skill_sd:SkillSD", "GRPO + importance-weighted k3 to the skill teacher"),
+    ("skill_grpo", "agentkit.objectives.skill_grpo:SkillGRPO", "GRPO with retrieved skills in the policy's prompt"),
 ]:
     REGISTRY.register(PluginSpec(_name, _target, description=_about))
 
 
-def make_objective(name: str, args: dict[str, Any] | None = None) -> Objective:
-    """Build objective ``name`` with settings ``args``, validating both."""
+def make_objective(name: str, args: dict[str, Any] | None = None, **resources: Any) -> Objective:
+    """Build objective ``name`` with settings ``args``, validating both.
+
+    ``resources`` (``teacher=``, ``judge=``) go to objectives whose constructor takes them.
+    """
     spec, cls = REGISTRY.load(name)
     missing = [m for m in ("prepare", "loss") if not callable(getattr(cls, m, None))]
     config_cls = getattr(cls, "Config", None)
@@ -69,7 +88,10 @@ def make_objective(name: str, args: dict[str, Any] | None = None) -> Objective:
         raise ConfigError(
             f"Invalid settings for objective {name!r}: {problems}. Its settings are {sorted(config_cls.model_fields)}."
         ) from err
-    return cls(config)
+    import inspect
+
+    accepted = inspect.signature(cls).parameters
+    return cls(config, **{k: v for k, v in resources.items() if k in accepted and v is not None})
 
 
 def describe() -> list[tuple[str, str, str]]:

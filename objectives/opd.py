@@ -1,0 +1,94 @@
+"""OPD: on-policy distillation, reverse KL to a teacher on the student's own samples
+(../shared/METHODS.md, "OPD").
+
+Per response token k_t = logS - logT (teacher = a separate, usually larger, model with the same
+tokenizer; ``--teacher model:DIR``). Two estimators:
+
+- ``sampled`` (default): -k_t, detached, is the token's advantage in the clipped policy-gradient
+  loss (coefficient 1, no discount): per token -min(rho A_t, clip(rho) A_t), rho = exp(logS - logOld).
+- ``full``: the exact KL(pi_theta || pi_T) at each position, sum_v pS(v) (log pS(v) - log pT(v)),
+  over the whole vocabulary (``topk: 0``) or over the teacher's top-k tokens (``topk: k``).
+
+Departures: with ``topk: k`` both distributions are renormalized over the teacher's k tokens, so
+the term stays a KL (>= 0); ``topk: 0`` is exact but keeps [B, L, V] teacher log-probs in memory
+(fine for small vocabularies; use top-k for 150k-token vocabularies). logS in k_t is the current
+policy's log-prob, detached; on the first update of a step it equals the sampling log-prob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from agentkit.objectives.batch import TokenBatch, build_batch
+from agentkit.objectives.common import (
+    aggregate,
+    clipped_pg,
+    masked_mean,
+    opd_advantages,
+    teacher_logprobs,
+    with_teacher,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentkit.core.trajectory import Trajectory
+
+
+class OPDConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    estimator: Literal["sampled", "full"] = Field("sampled", description="sampled: -k_t as advantage; full: exact KL.")
+    topk: int = Field(0, ge=0, description="full estimator: 0 = whole vocabulary, k = the teacher's top k tokens.")
+    clip_low: float = Field(0.2, ge=0, description="PPO clip below (sampled estimator).")
+    clip_high: float = Field(0.28, ge=0, description="PPO clip above (sampled estimator).")
+    aggregation: Literal["token-mean", "sequence-mean"] = Field("token-mean", description="Reduction of per-token losses.")
+
+
+def full_reverse_kl(student: torch.Tensor, teacher: torch.Tensor, renormalize: bool) -> torch.Tensor:
+    """[B, L, K] log-probs over a support -> [B, L] sum_v pS (log pS - log pT)."""
+    if renormalize:
+        student = student - torch.logsumexp(student, dim=-1, keepdim=True)
+        teacher = teacher - torch.logsumexp(teacher, dim=-1, keepdim=True)
+    return (student.exp() * (student - teacher)).sum(dim=-1)
+
+
+class OPD:
+    Config = OPDConfig
+    needs_reference = False
+    uses_demonstrations = False
+    needs_teacher = True
+    default_teacher: str | None = None  # a separate model: --teacher model:DIR
+    uses_skills = False
+    policy_sees_skills = False
+
+    def __init__(self, config: OPDConfig | None = None, teacher=None) -> None:
+        self.config = config or self.Config()
+        self.teacher = teacher
+
+    @property
+    def needs_support(self) -> bool:
+        return self.config.estimator == "full"
+
+    def prepare(self, trajectories: Sequence[Trajectory]) -> TokenBatch:
+        topk = self.config.topk if self.needs_support else None
+        return with_teacher(build_batch(trajectories), self.teacher, trajectories, topk=topk,
+                            objective=type(self).__name__.lower())
+
+    def loss(self, batch: TokenBatch, logprobs: torch.Tensor,
+             support: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg, mask = self.config, batch.response_mask  # [B, L]
+        logT = teacher_logprobs(batch, "opd")  # [B, L]
+        metrics = {"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask)),
+                   "teacher_logprob_mean": float(masked_mean(logT, mask))}
+        if cfg.estimator == "sampled":
+            advantages = opd_advantages(logprobs, logT, mask)  # [B, L]
+            per_token, clipped = clipped_pg(logprobs, batch.old_logprobs, advantages, cfg.clip_low, cfg.clip_high)
+            metrics["clip_fraction"] = float(masked_mean(clipped.float(), mask))
+        else:
+            if support is None or batch.teacher_support_logprobs is None:
+                raise ValueError("opd estimator=full needs the student's and the teacher's support log-probs.")
+            per_token = full_reverse_kl(support, batch.teacher_support_logprobs.detach(), renormalize=cfg.topk > 0)  # [B, L]
+            metrics["full_kl"] = float(masked_mean(per_token.detach(), mask))
+        loss = aggregate(per_token, batch, cfg.aggregation)
+        return loss, metrics

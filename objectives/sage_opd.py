@@ -1,0 +1,124 @@
+"""SAGE-OPD: verifier-free, turn-level weighted on-policy distillation
+(../shared/METHODS.md, "SAGE-OPD").
+
+    L = Z * sum_t s_t * L_OPD(h_t, a_t)
+    s_t = i_t * c_t
+    i_t in {Skip: 0, Weak: alpha, Strong: 1}     (deterministic check first, then the judge)
+    c_t = mean over the turn's response positions of the teacher's top-1 probability
+    Z   = sum_t |a_t| / sum_t s_t |a_t|          (mean token weight 1; all Skip -> loss 0)
+
+L_OPD is ``opd``'s sampled estimator: per token -min(rho A, clip(rho) A) with A = -(logS - logT)
+detached. The judge (``judge: teacher``) is the teacher's own weights answering the editable prompt
+in ``agentkit/teachers/templates/judge.txt``; ``judge: oracle`` compares with the environment's
+expert action (ablations). Each token's weight Z * s_t is computed in ``prepare`` and stored in
+``batch.weights``.
+
+Departure: Z is computed over the step's whole batch (the "batch" of METHODS.md); with
+``train.minibatches > 1`` a minibatch's mean weight is then 1 only on average. Metrics: shares of
+skip/weak/strong, share decided by the deterministic check, unparseable share, mean c_t, Z.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Literal
+
+import torch
+from agentkit.objectives.batch import TokenBatch, build_batch
+from agentkit.objectives.common import (
+    aggregate,
+    clipped_pg,
+    masked_mean,
+    opd_advantages,
+    teacher_logprobs,
+    with_teacher,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentkit.core.trajectory import Trajectory
+
+
+class SAGEOPDConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    alpha: float = Field(0.5, ge=0, le=1, description="Intervention of a Weak turn (Skip 0, Strong 1).")
+    judge: Literal["teacher", "oracle"] = Field("teacher", description="Who labels turns: the teacher LLM or the expert action.")
+    judge_template: str | None = Field(None, description="Judge prompt template file (default: the shipped one).")
+    clip_low: float = Field(0.2, ge=0, description="PPO clip below.")
+    clip_high: float = Field(0.28, ge=0, description="PPO clip above.")
+
+
+def turn_scores(labels: torch.Tensor, top1: torch.Tensor, turn_index: torch.Tensor, mask: torch.Tensor,
+                alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token s_t = i_t * c_t and c_t, both [B, L].
+
+    labels: [B, L] per response token, 0 skip / 1 weak / 2 strong (its turn's label).
+    top1: [B, L] teacher top-1 logprob. turn_index: [B, L] turn of each token (-1 elsewhere).
+    """
+    intervention = torch.tensor([0.0, alpha, 1.0])[labels.clamp(min=0)] * mask  # [B, L]
+    confidence = torch.zeros_like(top1)
+    for b in range(top1.shape[0]):
+        for t in turn_index[b][mask[b] > 0].unique().tolist():
+            here = (turn_index[b] == t) & (mask[b] > 0)  # [L]
+            confidence[b, here] = top1[b, here].exp().mean()
+    return intervention * confidence, confidence
+
+
+def normalize_weights(s: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Z * s with Z = tokens / sum(s over tokens): mean token weight 1 (all zero stays zero)."""
+    total = float((s * mask).sum())
+    if total <= 0:
+        return torch.zeros_like(s), 0.0
+    z = float(mask.sum()) / total
+    return z * s * mask, z
+
+
+class SAGEOPD:
+    Config = SAGEOPDConfig
+    needs_reference = False
+    uses_demonstrations = False
+    needs_teacher = True
+    default_teacher: str | None = None  # a separate, larger model: --teacher model:DIR
+    uses_skills = False
+    policy_sees_skills = False
+    LABEL_IDS = {"skip": 0, "weak": 1, "strong": 2}
+
+    def __init__(self, config: SAGEOPDConfig | None = None, teacher=None, judge=None) -> None:
+        self.config = config or SAGEOPDConfig()
+        self.teacher = teacher
+        self._judge = judge
+
+    @property
+    def judge(self):
+        if self._judge is None:
+            from agentkit.teachers import make_judge
+
+            self._judge = make_judge(self.config.judge, self.teacher, self.config.judge_template)
+        return self._judge
+
+    def prepare(self, trajectories: Sequence[Trajectory]) -> TokenBatch:
+        batch = with_teacher(build_batch(trajectories), self.teacher, trajectories, objective="sage_opd")
+        judgments = self.judge.judge(trajectories)
+        mask = batch.response_mask  # [B, L]
+        labels = torch.full_like(batch.turn_index, -1)  # [B, L]
+        for b in range(batch.num_rows):
+            episode = judgments.labels[int(batch.episode_index[b])]
+            for t in batch.turn_index[b][mask[b] > 0].unique().tolist():
+                labels[b, batch.turn_index[b] == t] = self.LABEL_IDS[episode[t]]
+        s, confidence = turn_scores(labels, batch.teacher_top1, batch.turn_index, mask, self.config.alpha)
+        weights, z = normalize_weights(s, mask)
+        turns = [(b, t) for b in range(batch.num_rows) for t in batch.turn_index[b][mask[b] > 0].unique().tolist()]
+        c_turns = [float(confidence[b, batch.turn_index[b] == t][0]) for b, t in turns]
+        metrics = {**judgments.metrics(), "confidence_mean": sum(c_turns) / max(1, len(c_turns)), "Z": z,
+                   "weight_mean": float(masked_mean(weights, mask))}
+        return replace(batch, weights=weights, metrics={**batch.metrics, **metrics})
+
+    def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg, mask = self.config, batch.response_mask  # [B, L]
+        logT = teacher_logprobs(batch, "sage_opd")  # [B, L]
+        advantages = opd_advantages(logprobs, logT, mask)  # [B, L]
+        per_token, clipped = clipped_pg(logprobs, batch.old_logprobs, advantages, cfg.clip_low, cfg.clip_high)
+        loss = aggregate(batch.weights * per_token, batch, "token-mean")
+        return loss, {"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask)),
+                      "clip_fraction": float(masked_mean(clipped.float(), mask))}

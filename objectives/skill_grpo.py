@@ -1,0 +1,21 @@
+"""Skill-GRPO baseline: GRPO where the policy itself sees the retrieved skills, at train and at
+test time (../shared/METHODS.md, "Baselines from the SDAR paper's table").
+
+The maths is ``grpo`` exactly; what differs is the rollout: the collector puts the retrieved
+skills ("[Skills]" block) before the first observation of every episode, training and evaluation
+alike, and records their ids in the trajectory (``skills_in_prompt: true``).
+"""
+
+from __future__ import annotations
+
+from agentkit.objectives.grpo import GRPO, GRPOConfig
+
+
+class SkillGRPOConfig(GRPOConfig):
+    pass
+
+
+class SkillGRPO(GRPO):
+    Config = SkillGRPOConfig
+    uses_skills = True
+    policy_sees_skills = True

@@ -1,0 +1,158 @@
+"""Golden values for the distillation objectives (opd, opsd, grpo_opsd, sdar, sage_opd, rlsd,
+skill_sd, skill_grpo), gradient isolation of teacher quantities, and SAGE-OPD's weighting."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from agentkit.objectives import make_objective
+from agentkit.objectives.opd import full_reverse_kl
+from agentkit.objectives.sage_opd import normalize_weights, turn_scores
+from test_objectives import batch_of
+
+
+def sig(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+def teacher_batch(logT, adv=None, old=None, mask=None, top1=None):
+    """One row of 2 response tokens after one context position."""
+    mask = mask or [[0, 1, 1]]
+    old = old or [[0.0, -1.0, -2.0]]
+    batch = batch_of(mask, old, adv or [[0, 0, 0]])
+    return replace(batch, teacher_logprobs=torch.tensor(logT), teacher_top1=None if top1 is None else torch.tensor(top1))
+
+
+LOGS = [[0.0, -1.0, -2.0]]  # current policy = sampling policy (ratio 1)
+LOGT = [[0.0, -0.5, -3.0]]  # teacher: likes token 1 more (+0.5), token 2 less (-1.0)
+
+
+def test_opd_sampled_golden():
+    # advantage -k = logT - logS = +0.5, -1.0; ratio 1 -> per-token loss -A; token-mean
+    loss, m = make_objective("opd").loss(teacher_batch(LOGT), torch.tensor(LOGS))
+    assert float(loss) == pytest.approx(-(0.5 - 1.0) / 2)
+    assert m["reverse_kl"] == pytest.approx((-0.5 + 1.0) / 2)
+
+
+def test_opd_full_golden():
+    # full-vocabulary reverse KL at one position: pS = (0.5, 0.5), pT = (0.9, 0.1)
+    s = torch.log(torch.tensor([[[0.5, 0.5]]]))
+    t = torch.log(torch.tensor([[[0.9, 0.1]]]))
+    expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    assert float(full_reverse_kl(s, t, renormalize=False)) == pytest.approx(expected, rel=1e-6)
+    # top-k: (0.3, 0.3) of a larger vocabulary renormalizes to (0.5, 0.5)
+    s_top = torch.log(torch.tensor([[[0.3, 0.3]]]))
+    t_top = torch.log(torch.tensor([[[0.45, 0.05]]]))
+    assert float(full_reverse_kl(s_top, t_top, renormalize=True)) == pytest.approx(expected, rel=1e-6)
+    opd = make_objective("opd", {"estimator": "full", "topk": 0})
+    batch = replace(batch_of([[1]], [[0.0]], [[0.0]]), teacher_logprobs=torch.tensor([[0.0]]), teacher_support_logprobs=t)
+    loss, _ = opd.loss(batch, torch.tensor([[math.log(0.5)]]), s)
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+
+
+def test_opsd_is_opd_with_a_self_teacher():
+    opsd = make_objective("opsd")
+    assert opsd.default_teacher == "self" and opsd.uses_skills
+    a, _ = opsd.loss(teacher_batch(LOGT), torch.tensor(LOGS))
+    b, _ = make_objective("opd").loss(teacher_batch(LOGT), torch.tensor(LOGS))
+    assert float(a) == float(b)
+
+
+def test_sdar_golden():
+    # GRPO part: A = 1 on both tokens, ratio 1 -> -1 per token; KL off.
+    # gaps 0.5 and -1.0; gates sigmoid(2.5) and sigmoid(-5); L_SDAR = mean(g * gap)
+    sdar = make_objective("sdar", {"lam": 0.1, "beta": 5.0, "kl_coef": 0.0})
+    loss, m = sdar.loss(teacher_batch(LOGT, adv=[[0, 1, 1]]), torch.tensor(LOGS))
+    g1, g2 = sig(2.5), sig(-5.0)
+    assert float(loss) == pytest.approx(-1 + 0.1 * (g1 * 0.5 + g2 * -1.0) / 2, rel=1e-6)
+    assert m["gate_mean"] == pytest.approx((g1 + g2) / 2)
+    assert m["gate_above_half"] == pytest.approx(0.5)
+    assert m["negative_gap_share"] == pytest.approx(0.5)
+    assert m["gap_mean"] == pytest.approx(-0.25)
+
+
+def test_grpo_opsd_is_sdar_with_a_flat_gate():
+    loss, m = make_objective("grpo_opsd", {"lam": 0.1, "kl_coef": 0.0}).loss(teacher_batch(LOGT, adv=[[0, 1, 1]]), torch.tensor(LOGS))
+    assert float(loss) == pytest.approx(-1 + 0.1 * 0.5 * (0.5 - 1.0) / 2, rel=1e-6)
+    assert m["gate_mean"] == pytest.approx(0.5)
+
+
+def test_no_gradient_flows_through_gate_or_teacher():
+    logS = torch.tensor(LOGS, requires_grad=True)
+    logT = torch.tensor(LOGT, requires_grad=True)
+    batch = replace(teacher_batch(LOGT, adv=[[0, 0, 0]]), teacher_logprobs=logT)
+    sdar = make_objective("sdar", {"lam": 1.0, "beta": 5.0, "kl_coef": 0.0})
+    loss, _ = sdar.loss(batch, logS)
+    loss.backward()
+    # A = 0, so only L_SDAR = mean(g * (logT - logS)) remains: d/dlogS = -g / N with g constant
+    g = torch.sigmoid(5 * (torch.tensor(LOGT) - torch.tensor(LOGS)))
+    assert torch.allclose(logS.grad[0, 1:], -g[0, 1:] / 2, atol=1e-6)
+    assert logT.grad is None or torch.count_nonzero(logT.grad) == 0
+    for name in ("opd", "opsd", "rlsd", "skill_sd", "grpo_opsd"):
+        logT = torch.tensor(LOGT, requires_grad=True)
+        args = {"kl_coef": 0.0} if name == "grpo_opsd" else {}
+        loss, _ = make_objective(name, args).loss(replace(batch, teacher_logprobs=logT, advantages=torch.tensor([[0.0, 1.0, -1.0]])),
+                                            torch.tensor(LOGS, requires_grad=True))
+        loss.backward()
+        assert logT.grad is None or torch.count_nonzero(logT.grad) == 0, name
+
+
+def test_rlsd_golden():
+    # A = +1 on token 1 (gap +0.5 -> w = clip(e^0.5) = 1.2), A = -1 on token 2 (gap -1 -> e^{+1} -> 1.2)
+    # A_t = A * (0.5 + 0.5 * 1.2) = 1.1 A; ratio 1 -> loss mean(-1.1, +1.1) = 0
+    rlsd = make_objective("rlsd")
+    loss, m = rlsd.loss(teacher_batch(LOGT, adv=[[0, 1, -1]]), torch.tensor(LOGS))
+    assert float(loss) == pytest.approx(0.0, abs=1e-7)
+    assert m["weight_mean"] == pytest.approx(1.2)
+    assert m["weight_clipped_share"] == pytest.approx(1.0)
+    # one token, A = +1, gap -0.1: w = e^-0.1 = 0.9048 (inside the clip) -> A_t = 0.5 + 0.4524
+    loss, _ = rlsd.loss(replace(batch_of([[1]], [[-1.0]], [[1.0]]), teacher_logprobs=torch.tensor([[-1.1]])),
+                        torch.tensor([[-1.0]]))
+    assert float(loss) == pytest.approx(-(0.5 + 0.5 * math.exp(-0.1)), rel=1e-6)
+
+
+def test_skill_sd_golden():
+    # GRPO part 0 (A = 0). l = logS - logT = -0.5, +1.0; k3 = e^-l - 1 + l; rho = 1
+    loss, m = make_objective("skill_sd", {"coef": 0.5}).loss(teacher_batch(LOGT), torch.tensor(LOGS))
+    k3 = [math.exp(0.5) - 1 - 0.5, math.exp(-1.0) - 1 + 1.0]
+    assert float(loss) == pytest.approx(0.5 * sum(k3) / 2, rel=1e-6)
+    # rho = exp(logS - logOld) with the log-ratio clamped at 10
+    loss, _ = make_objective("skill_sd", {"coef": 1.0, "max_log_ratio": 0.5}).loss(
+        replace(batch_of([[1]], [[-3.0]], [[0.0]]), teacher_logprobs=torch.tensor([[-1.0]])), torch.tensor([[-1.0]]))
+    assert float(loss) == pytest.approx(math.exp(0.5) * 0.0)  # l = 0 -> k3 = 0 whatever rho is
+
+
+def test_skill_grpo_is_grpo_with_skills_in_the_prompt():
+    sg, g = make_objective("skill_grpo"), make_objective("grpo")
+    assert sg.policy_sees_skills and sg.uses_skills and not getattr(g, "policy_sees_skills", False)
+    batch = batch_of([[0, 1, 1]], [[0.0, -1.0, -1.0]], [[0, 1, -1]])
+    assert float(sg.loss(batch, torch.tensor([[0.0, -0.5, -1.5]]))[0]) == float(g.loss(batch, torch.tensor([[0.0, -0.5, -1.5]]))[0])
+
+
+def test_sage_turn_scores_and_z_golden():
+    # row of 4 response tokens: turn 0 (2 tokens, strong), turn 1 (2 tokens, weak)
+    mask = torch.ones((1, 4))
+    turns = torch.tensor([[0, 0, 1, 1]])
+    labels = torch.tensor([[2, 2, 1, 1]])
+    top1 = torch.log(torch.tensor([[0.8, 0.6, 0.5, 0.3]]))
+    s, c = turn_scores(labels, top1, turns, mask, alpha=0.5)
+    assert c[0].tolist() == pytest.approx([0.7, 0.7, 0.4, 0.4])
+    assert s[0].tolist() == pytest.approx([0.7, 0.7, 0.2, 0.2])
+    w, z = normalize_weights(s, mask)
+    assert z == pytest.approx(4 / 1.8)
+    assert float(w.mean()) == pytest.approx(1.0)  # Z keeps the mean token weight at 1
+    # all skip -> weights 0 -> zero loss
+    s0, _ = turn_scores(torch.zeros((1, 4), dtype=torch.long), top1, turns, mask, alpha=0.5)
+    w0, z0 = normalize_weights(s0, mask)
+    assert z0 == 0.0 and float(w0.abs().sum()) == 0.0
+    sage = make_objective("sage_opd")
+    batch = replace(batch_of([[1, 1, 1, 1]], [[-1.0] * 4], [[0.0] * 4]), teacher_logprobs=torch.tensor([[-0.5] * 4]))
+    logS = torch.tensor([[-1.0] * 4], requires_grad=True)
+    loss, _ = sage.loss(replace(batch, weights=w0), logS)
+    assert float(loss.detach()) == 0.0
+    # weighted: per-token OPD loss -(logT - logS) = -0.5 each; weights w -> mean(w * -0.5) = -0.5
+    loss, _ = sage.loss(replace(batch, weights=w), logS)
+    assert float(loss) == pytest.approx(-0.5, rel=1e-6)

@@ -56,13 +56,31 @@ def _make_envs(cfg: TrainConfig, split: str):
     return WorkerPool(make_env, cfg.env.workers) if cfg.env.workers else InProcessEnvs(make_env)
 
 
-def evaluate(backend, cfg: TrainConfig, envs, episodes: int) -> RolloutStats:
-    """Greedy episodes on seeds 0..episodes-1 of the eval split."""
+def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> RolloutStats:
+    """Greedy episodes on seeds 0..episodes-1 of the eval split (``skills``: a ``SkillSelector``
+    for policies that see retrieved skills)."""
     collector = Collector(backend, envs, env_id=cfg.env.id, split=cfg.env.eval_split,
                           sampling=SamplingParams(temperature=0.0, max_new_tokens=cfg.rollout.max_new_tokens),
                           context=cfg.rollout.context, window=cfg.rollout.window,
-                          show_admissible=cfg.rollout.show_admissible)
+                          show_admissible=cfg.rollout.show_admissible, skills=skills)
     return collector.run([EpisodeSpec(seed) for seed in range(episodes)], lambda t: None)
+
+
+def load_skill_bank(cfg: TrainConfig, run_dir: Path, saved: dict[str, Any] | None):
+    """The run's skill bank: the checkpoint's copy on resume, else the configured (or starter) bank.
+    The run keeps its own copy at RUN_DIR/skillbank.yaml; the source file is never modified."""
+    from agentkit.skillbank import Skill, SkillBank, default_bank_for, resolve_bank
+
+    if saved is not None:
+        return SkillBank([Skill.model_validate(s) for s in saved["skills"]], episodes=saved["episodes"],
+                         path=run_dir / "skillbank.yaml")
+    name = cfg.skills.bank or default_bank_for(cfg.env.id)
+    if name is None:
+        raise ConfigError(f"objective {cfg.objective.name!r} retrieves skills, and there is no starter bank for "
+                          f"{cfg.env.id}: pass --skills BANK (a JSON or YAML skill bank).")
+    bank = SkillBank.load(resolve_bank(name))
+    bank.path = run_dir / "skillbank.yaml"
+    return bank
 
 
 def prepare_run(cfg: TrainConfig, resume: bool) -> tuple[TrainConfig, Path, int | None]:
@@ -96,6 +114,27 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
     tokenizer = load_tokenizer(start)
     policy = load_causal_lm(start)
     objective = make_objective(cfg.objective.name, cfg.objective.args)
+    saved_state = json.loads((start / "state.json").read_text()) if resume_step is not None else {}
+    # skills and teacher (distillation objectives)
+    bank = retriever = None
+    if getattr(objective, "uses_skills", False) or cfg.skills.bank:
+        from agentkit.skillbank import SkillSelector, make_retriever
+
+        bank = load_skill_bank(cfg, run_dir, saved_state.get("skillbank"))
+        retriever = make_retriever(cfg.skills.retrieval, cfg.skills.args)
+    if getattr(objective, "needs_teacher", False):
+        from agentkit.teachers import make_teacher
+
+        teacher = make_teacher(cfg.teacher.spec or objective.default_teacher, policy=policy, tokenizer=tokenizer,
+                               bank=bank, privileged=cfg.teacher.privileged)
+        objective = make_objective(cfg.objective.name, cfg.objective.args, teacher=teacher)
+    policy_sees_skills = bool(getattr(objective, "policy_sees_skills", False))
+
+    def skill_selector(seed: int, *, sees: bool):
+        if bank is None:
+            return None
+        return SkillSelector(bank, retriever, cfg.skills.k, env_id=cfg.env.id, seed=seed, show_policy=sees)
+
     reference = None
     if objective.needs_reference:
         reference = load_causal_lm(base_model)  # the initial policy, frozen
@@ -103,7 +142,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
                                   weight_decay=cfg.train.weight_decay)
     first_step = 0
-    if resume_step is not None:
+    if resume_step is not None:  # after every model is loaded: restores the RNG the run had
         first_step = load_training_state(start, optimizer)["step"]
         for name in ("metrics.jsonl", "eval.jsonl"):
             _truncate_jsonl(run_dir / name, first_step)
@@ -138,7 +177,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
                 collector = Collector(backend, train_envs, env_id=cfg.env.id, split="train",
                                       sampling=replace(base_sampling, seed=cfg.seed * 1_000_003 + step),
                                       context=cfg.rollout.context, window=cfg.rollout.window,
-                                      show_admissible=cfg.rollout.show_admissible)
+                                      show_admissible=cfg.rollout.show_admissible,
+                                      skills=skill_selector(cfg.seed * 1_000_003 + step, sees=policy_sees_skills))
                 with TrajectoryWriter(run_dir / "trajectories" / f"step-{step + 1}.jsonl", mode="overwrite") as writer:
                     trajectories = []
 
@@ -148,8 +188,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
 
                     rollout = collector.run(specs, keep)
                 trajectories.sort(key=lambda t: t.id)  # arrival order depends on timing; training must not
-            # 2. objective -> token batch (3. and the reference's logprobs, without gradients)
+                if bank is not None:  # UCB statistics: every episode's return, in a fixed order
+                    for t in trajectories:
+                        bank.record_episode(t.skills, t.episode_return)
+            # 2. objective -> token batch (teacher scores and turn judgments included; no gradients)
+            prepare_started = time.perf_counter()
             batch = objective.prepare(trajectories)
+            prepare_s = time.perf_counter() - prepare_started
             if reference is not None:
                 with torch.no_grad():
                     batch = replace(batch, ref_logprobs=policy_logprobs(reference, batch))
@@ -167,7 +212,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
                     optimizer.zero_grad(set_to_none=True)
                     total = 0.0
                     for micro in minibatch.micro_batches(cfg.train.micro_batch_tokens):
-                        loss, metrics = objective.loss(micro, policy_logprobs(policy, micro))
+                        if getattr(objective, "needs_support", False):
+                            logprobs, support = policy_logprobs(policy, micro, support=True)
+                            loss, metrics = objective.loss(micro, logprobs, support)
+                        else:
+                            loss, metrics = objective.loss(micro, policy_logprobs(policy, micro))
                         loss.backward()
                         total += float(loss.detach())
                         share = micro.num_response_tokens / max(1, minibatch.num_response_tokens)
@@ -189,19 +238,23 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
                       **_summary(rollout), "tokens": batch.num_response_tokens,
                       "grad_norm": sum(grad_norms) / max(1, len(grad_norms)), "skipped_updates": skipped,
                       "lr": cfg.train.lr, "step_s": 0.0, "data": "demonstrations" if demos is not None else "rollouts",
+                      "prepare_s": prepare_s, **batch.metrics,
                       **{k: v / updates for k, v in objective_metrics.items()}}
             # 6. periodic greedy evaluation
             last = step + 1 == cfg.train.steps
             if last or (cfg.eval.every and (step + 1) % cfg.eval.every == 0):
-                stats = evaluate(backend, cfg, eval_envs, cfg.eval.episodes)
+                stats = evaluate(backend, cfg, eval_envs, cfg.eval.episodes,
+                                 skills=skill_selector(cfg.seed, sees=True) if policy_sees_skills else None)
                 _append_jsonl(run_dir / "eval.jsonl", {"step": step + 1, "split": cfg.env.eval_split,
                                                       "episodes": stats.episodes, **_summary(stats)})
             record["step_s"] = time.perf_counter() - started
             _append_jsonl(run_dir / "metrics.jsonl", record)
             # 7. checkpoint
             if last or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
-                save_checkpoint(run_dir, step + 1, policy, tokenizer, optimizer, {"step": step + 1},
-                                keep=cfg.checkpoint.keep)
+                state = {"step": step + 1, "skillbank": bank.to_dict() if bank is not None else None}
+                save_checkpoint(run_dir, step + 1, policy, tokenizer, optimizer, state, keep=cfg.checkpoint.keep)
+            if bank is not None:
+                bank.save()
             bar.update(1)
             bar.set_postfix(success=f"{record['success_rate']:.2f}", loss=f"{record['loss']:.3f}")
     finally:

@@ -43,6 +43,19 @@ class ObjectiveSection(_Section):
     args: dict[str, Any] = Field(default_factory=dict, description="The objective's own settings.")
 
 
+class TeacherSection(_Section):
+    spec: str | None = Field(None, description="Teacher: self | model:DIR | a plugin (default: the objective's own).")
+    privileged: list[Literal["skills", "env"]] | None = Field(
+        None, description="Privileged context shown to the teacher (default: skills for self, none for model).")
+
+
+class SkillsSection(_Section):
+    bank: str | None = Field(None, description="Skill bank file or starter name (default: the env family's starter bank).")
+    retrieval: str = Field("ucb", description="Retriever: ucb | keyword | full | random | a plugin.")
+    k: int = Field(3, gt=0, description="Skills retrieved per episode.")
+    args: dict[str, Any] = Field(default_factory=dict, description="The retriever's own settings (ucb: c).")
+
+
 class TrainSection(_Section):
     steps: int = Field(20, gt=0, description="Training steps (one rollout batch each).")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate.")
@@ -73,6 +86,8 @@ class TrainConfig(_Section):
     env: EnvSection = Field(default_factory=EnvSection)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     objective: ObjectiveSection = Field(default_factory=ObjectiveSection)
+    teacher: TeacherSection = Field(default_factory=TeacherSection)
+    skills: SkillsSection = Field(default_factory=SkillsSection)
     train: TrainSection = Field(default_factory=TrainSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
@@ -87,8 +102,16 @@ class TrainConfig(_Section):
                 f"objective {self.objective.name!r} trains on demonstrations: set train.demos=FILE "
                 "(make one with `agentkit demos --env ID --episodes N --out FILE`)."
             )
-        if not objective.uses_demonstrations and self.rollout.group_size < 2 and self.objective.name == "grpo":
-            raise ValueError("grpo compares episodes within a group: rollout.group_size must be >= 2.")
+        from agentkit.objectives.grpo import GRPO
+
+        if isinstance(objective, GRPO) and self.rollout.group_size < 2:
+            raise ValueError(f"{self.objective.name} compares episodes within a group (GRPO): rollout.group_size must be >= 2.")
+        if getattr(objective, "needs_teacher", False) and not (self.teacher.spec or getattr(objective, "default_teacher", None)):
+            raise ValueError(f"objective {self.objective.name!r} distills from a separate teacher model: set "
+                             "teacher.spec=model:DIR (--teacher model:DIR), or --teacher self.")
+        from agentkit.skillbank.retrieval import REGISTRY as RETRIEVERS
+
+        RETRIEVERS.spec(self.skills.retrieval)  # unknown name -> did you mean
         if self.train.minibatches > self.rollout.tasks_per_step * self.rollout.group_size:
             raise ValueError("train.minibatches is larger than the number of episodes per step.")
         return self

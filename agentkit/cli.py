@@ -188,7 +188,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     values = {"env": args.env, "model": args.model, "episodes": args.episodes, "split": args.split,
               "max_turns": args.max_turns, "temperature": 0.0, "env_kwargs": _parse_kv(args.env_kwargs or []),
-              "env_workers": args.env_workers, "out": args.out, "overwrite": bool(args.out)}
+              "env_workers": args.env_workers, "out": args.out, "overwrite": bool(args.out),
+              "skills": args.skills, "retrieval": args.retrieval}
     cfg = build_config(RolloutConfig, {k: v for k, v in values.items() if v is not None})
     _quiet_hf()
     import tempfile
@@ -348,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-workers", type=int, help="Environment worker processes.")
     p.add_argument("--env-kwargs", nargs="*", metavar="KEY=VALUE", help="Environment settings.")
     p.add_argument("--out", help="Also write the trajectories here.")
+    p.add_argument("--skills", help="Skill bank whose retrieved skills the policy sees (skill_grpo policies).")
+    p.add_argument("--retrieval", help="Skill retriever with --skills (default: keyword).")
     p.set_defaults(func=cmd_eval)
 
     objectives = sub.add_parser("objectives", help="List objectives.").add_subparsers(dest="objectives_command", metavar="SUBCOMMAND")

@@ -63,9 +63,15 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
         envs = WorkerPool(make_env, cfg.env_workers, step_timeout_s=cfg.step_timeout)
     else:
         envs = InProcessEnvs(make_env)
+    selector = None
+    if cfg.skills:
+        from agentkit.skillbank import SkillBank, SkillSelector, make_retriever, resolve_bank
+
+        selector = SkillSelector(SkillBank.load(resolve_bank(cfg.skills)), make_retriever(cfg.retrieval), cfg.skills_k,
+                                 env_id=cfg.env, seed=cfg.seed, show_policy=True)
     collector = Collector(backend, envs, env_id=cfg.env, split=cfg.split, sampling=sampling,
                           context=cfg.context, window=cfg.window, show_admissible=cfg.show_admissible,
-                          max_in_flight=cfg.max_in_flight)
+                          max_in_flight=cfg.max_in_flight, skills=selector)
     specs = [EpisodeSpec(seed=cfg.seed + task, sample=s) for task in range(cfg.episodes) for s in range(cfg.group_size)]
     mode = "append" if cfg.append else "overwrite" if cfg.overwrite else "new"
     try:

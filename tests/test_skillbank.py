@@ -171,3 +171,20 @@ def test_extract_with_a_real_model_dedups_on_the_second_pass(tiny_model_dir, bac
                  "--teacher", f"model:{tiny_model_dir}", "--max-new-tokens", "12"]) == 0
     assert {"heat", "cool", "coin", "clean"} <= {s.id for s in SkillBank.load(bank_path)}
     assert json.dumps(SkillBank.load(bank_path).to_dict())  # still a valid bank
+
+
+@pytest.mark.textworld
+def test_rollout_with_skills_puts_them_in_the_policy_prompt(tiny_model_dir, tmp_path):
+    pytest.importorskip("textworld")
+    from agentkit.core.jsonl import read_trajectories
+    from agentkit.rollout.hf_backend import load_tokenizer
+
+    out = tmp_path / "r.jsonl"
+    assert main(["rollout", "--env", "textworld/coin-v0", "--model", str(tiny_model_dir), "--episodes", "2",
+                 "--max-turns", "1", "--max-new-tokens", "4", "--env-workers", "0", "--skills", "textworld",
+                 "--retrieval", "keyword", "--skills-k", "2", "--out", str(out), "--quiet"]) == 0
+    trajectories = read_trajectories(out)
+    assert all(t.skills_in_prompt and 1 <= len(t.skills) <= 2 for t in trajectories)
+    prompt = load_tokenizer(tiny_model_dir).decode(trajectories[0].turns[0].context_ids)
+    bank = SkillBank.load(resolve_bank("textworld"))
+    assert "[Skills]" in prompt and all(bank.get(i).title in prompt for i in trajectories[0].skills)

@@ -176,8 +176,9 @@ def test_extract_with_a_real_model_dedups_on_the_second_pass(tiny_model_dir, bac
 @pytest.mark.textworld
 def test_rollout_with_skills_puts_them_in_the_policy_prompt(tiny_model_dir, tmp_path):
     pytest.importorskip("textworld")
-    from agentkit.core.jsonl import read_trajectories
     from agentkit.rollout.hf_backend import load_tokenizer
+
+    from agentkit.core.jsonl import read_trajectories
 
     out = tmp_path / "r.jsonl"
     assert main(["rollout", "--env", "textworld/coin-v0", "--model", str(tiny_model_dir), "--episodes", "2",

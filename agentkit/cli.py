@@ -144,8 +144,11 @@ def cmd_model_init(args: argparse.Namespace) -> int:
 
 # -- training -----------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
-    from agentkit.train_config import load_config
+    from agentkit.train_config import describe_config, load_config
 
+    if args.help_config:
+        print("Settings (--config YAML sections, or --set KEY=VALUE):\n" + describe_config(args.objective))
+        return 0
     cfg = load_config(args.config, args.set, **{
         "objective.name": args.objective, "env.id": args.env, "model": args.model, "out": args.out,
         "train.steps": args.steps, "rollout.group_size": args.group_size,
@@ -324,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="Run seed.")
     p.add_argument("--resume", action="store_true", help="Continue the run in --out from its last complete checkpoint.")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
+    p.add_argument("--help-config", action="store_true",
+                   help="Print every setting with its default and meaning (with --objective: its args too), then exit.")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("demos", help="Write expert demonstrations as trajectories (for SFT).")

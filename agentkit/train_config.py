@@ -177,3 +177,28 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 def dump_config(config: TrainConfig) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def describe_config(objective: str | None = None) -> str:
+    """Every setting as ``section.key (type, default): description``; with ``objective``, its args too."""
+    lines = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, f"{prefix}{name}.")
+                continue
+            default = field.get_default(call_default_factory=True)
+            kind = getattr(annotation, "__name__", str(annotation)).replace("typing.", "")
+            lines.append(f"  {prefix}{name} ({kind}, default {default!r}): {field.description or ''}")
+
+    walk(TrainConfig, "")
+    if objective:
+        from agentkit.objectives.protocol import REGISTRY
+
+        _, cls = REGISTRY.load(objective)
+        lines.append(f"\nobjective.args for {objective!r}:")
+        walk(cls.Config, "objective.args.")
+    return "\n".join(lines)
+

@@ -119,3 +119,13 @@ def test_sdar_on_alfworld(tiny_model_dir, tmp_path):
     assert {"gate_mean", "negative_gap_share"} <= set(m)
     trajectories = read_trajectories(out / "trajectories" / "step-1.jsonl")
     assert all(t.skills and all(s.startswith("alf.") for s in t.skills) for t in trajectories)
+
+
+def test_help_config_lists_every_setting_and_the_objectives_args(capsys):
+    from agentkit.cli import main
+
+    assert main(["train", "--help-config", "--objective", "sage_opd"]) == 0
+    out = capsys.readouterr().out
+    for key in ("teacher.spec", "teacher.privileged", "skills.retrieval", "train.lr", "objective.args.alpha",
+                "objective.args.judge"):
+        assert f"  {key} (" in out, key

@@ -18,7 +18,6 @@ from importlib import resources
 from pathlib import Path
 
 from agentkit.core.errors import ConfigError, ModelError
-from agentkit.core.paths import cache_dir
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
@@ -142,13 +141,20 @@ def init_model(out: str | os.PathLike, *, size: str = "tiny", seed: int = 0, voc
     return out
 
 
+DEFAULT_MODEL = Path(__file__).parent / "data" / "default-model"
+
+
 def default_model_dir() -> Path:
-    return cache_dir() / "models" / "tiny-v1"
+    return DEFAULT_MODEL
 
 
 def ensure_default_model() -> Path:
-    """The model ``agentkit rollout`` uses when no --model is given, built on first use."""
+    """The model ``agentkit rollout`` uses when no --model is given: the tiny policy that
+    ``examples/recipe_textworld.py`` trains (random init -> SFT -> GRPO on TextWorld Coin Collector),
+    shipped with the package (under 1 MB). Rebuild it with
+    ``python examples/recipe_textworld.py --seeds 0 1 2 --install-default``."""
     path = default_model_dir()
-    if not (path / "config.json").exists():
-        init_model(path, size="tiny", seed=0)
+    if not (path / "config.json").exists() or not (path / "model.safetensors").exists():
+        raise ModelError(f"The default model is missing from {path} (a damaged install?). Rebuild it with: "
+                         "python examples/recipe_textworld.py --seeds 0 1 2 --install-default, or pass --model DIR.")
     return path

@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--demo-first-seed", type=int, default=10_000, help="Training-game seed of the first demonstration.")
     parser.add_argument("--quick", action="store_true", help="Tiny budgets: checks that every stage runs, learns nothing.")
     parser.add_argument("--quiet", action="store_true", help="No progress bars.")
+    parser.add_argument("--install-default", action="store_true",
+                        help="Copy the final policy to agentkit/data/default-model (the model `agentkit rollout` uses).")
     return parser.parse_args(argv)
 
 
@@ -108,6 +110,7 @@ def evaluate_model(model_dir: Path, cfg) -> dict[str, float]:
     from agentkit.rollout.hf_backend import HFBackend
     from agentkit.rollout.run import env_factory
     from agentkit.rollout.workers import InProcessEnvs
+
     from agentkit.train import evaluate
 
     envs = InProcessEnvs(env_factory(cfg.env.id, split=cfg.env.eval_split, max_turns=cfg.env.max_turns,
@@ -144,10 +147,11 @@ def run_training(cfg, *, quiet: bool) -> Path:
 
 
 def run_seed(args: argparse.Namespace, seed: int, out: Path) -> dict[str, Any]:
-    from agentkit.models import init_model
     from agentkit.rollout.demos import write_demonstrations
     from agentkit.rollout.hf_backend import load_tokenizer
     from agentkit.rollout.run import env_factory
+
+    from agentkit.models import init_model
 
     seed_dir = out / f"seed-{seed}"
     seed_dir.mkdir(parents=True, exist_ok=True)
@@ -299,6 +303,16 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown_table(results)
     (out / "results.md").write_text(table)
     print(table + f"\nwrote {out / 'results.json'}, {out / 'results.md'} and the final policy {out / 'model'}")
+    if args.install_default:
+        if args.quick:
+            print("--quick: not installing a model trained on test budgets as the default.")
+        else:
+            from agentkit.models import DEFAULT_MODEL
+
+            shutil.rmtree(DEFAULT_MODEL, ignore_errors=True)
+            shutil.copytree(out / "model", DEFAULT_MODEL)
+            (DEFAULT_MODEL / "results.md").write_text(table)
+            print(f"installed it as the default model: {DEFAULT_MODEL}")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -101,13 +102,17 @@ def test_existing_output_is_refused_then_appended(tiny_model_dir, plugin_site, t
 
 @pytest.mark.textworld
 def test_rollout_with_no_flags_just_works(tmp_path, agentkit_cache):
-    """The README's main command: defaults everywhere, the default model built on first use."""
+    """The README's main command: defaults everywhere, with the shipped default model (the recipe's policy)."""
     pytest.importorskip("textworld")
     result = run_cli("rollout", "--quiet", cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr
     files = list((tmp_path / "runs").glob("rollout-*.jsonl"))
     assert len(files) == 1 and len(read_trajectories(files[0], strict=True)) == 8
-    assert (agentkit_cache / "models" / "tiny-v1" / "config.json").exists()
+    from agentkit.models import MODEL_INFO_FILE, ensure_default_model
+
+    info = json.loads((ensure_default_model() / MODEL_INFO_FILE).read_text())
+    assert info["builder"] == "examples/recipe_textworld.py" and info["stage"] == "grpo"
+    assert read_trajectories(files[0])[0].model == str(ensure_default_model())
 
 
 def test_model_init_refuses_non_empty_folder(tmp_path):

@@ -81,7 +81,7 @@ def test_torn_last_line_is_reported_not_merged(tmp_path):
     writer.write(make_trajectory(2))
     writer.close()
     assert read_trajectories(path, strict=True) == [make_trajectory(0), make_trajectory(2)]
-    assert (tmp_path / "t.jsonl.torn").read_bytes().strip() == line[: len(line) // 2]
+    assert (tmp_path / "t.jsonl.torn").read_bytes().strip() == line[: len(line) // 2].strip()
 
 
 def test_corrupt_middle_line_raises_with_line_number(tmp_path):

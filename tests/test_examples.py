@@ -25,5 +25,5 @@ def test_collect_trajectories_example(tiny_model_dir, tmp_path):
 
 
 def test_every_example_has_a_test():
-    tested = {"collect_trajectories.py"}
+    tested = {"collect_trajectories.py", "recipe_textworld.py"}  # the recipe: tests/test_recipe.py
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested

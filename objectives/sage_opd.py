@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Literal
 
 import torch
 from agentkit.objectives.batch import TokenBatch, build_batch
@@ -43,7 +42,9 @@ class SAGEOPDConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     alpha: float = Field(0.5, ge=0, le=1, description="Intervention of a Weak turn (Skip 0, Strong 1).")
-    judge: Literal["teacher", "oracle"] = Field("teacher", description="Who labels turns: the teacher LLM or the expert action.")
+    judge: str = Field("teacher", pattern=r"^(teacher|oracle|openai:https?://\S+)$",
+                       description="Who labels turns: teacher (the teacher LLM), oracle (the expert action), or "
+                                   "openai:URL[#MODEL] (an OpenAI-compatible chat server; key from $OPENAI_API_KEY).")
     judge_template: str | None = Field(None, description="Judge prompt template file (default: the shipped one).")
     clip_low: float = Field(0.2, ge=0, description="PPO clip below.")
     clip_high: float = Field(0.28, ge=0, description="PPO clip above.")

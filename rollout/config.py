@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -33,6 +33,12 @@ class RolloutConfig(BaseModel):
     retrieval: str = Field("keyword", description="Skill retriever with --skills: ucb | keyword | full | random.")
     skills_k: int = Field(3, gt=0, description="Skills retrieved per episode with --skills.")
     device: str = Field("cpu", description="Torch device for the transformers backend.")
+    backend: Literal["hf", "vllm", "openai"] = Field("hf", description="Generation backend: hf (transformers), vllm (in-process engine), openai (an OpenAI-compatible server at --base-url; --model is the folder with its tokenizer).")
+    vllm_args: dict[str, Any] = Field(default_factory=dict, description='vllm.LLM settings for --backend vllm, as JSON, e.g. \'{"gpu_memory_utilization": 0.5, "dtype": "float32"}\'.')
+    base_url: str | None = Field(None, description="Server API root for --backend openai, e.g. http://127.0.0.1:8000/v1 (key from $OPENAI_API_KEY).")
+    served_model: str | None = Field(None, description="Model name on the server (default: the first it lists).")
+    api: Literal["completions", "chat"] = Field("completions", description="completions: token-id prompts, token-exact (vLLM, SGLang); chat: messages (hosted APIs; re-tokenized when the server returns no ids).")
+    concurrency: int = Field(16, gt=0, description="Requests in flight with --backend openai.")
     append: bool = Field(False, description="Append to an existing output file.")
     overwrite: bool = Field(False, description="Replace an existing output file (the old one stays until the new one is complete).")
 
@@ -40,4 +46,8 @@ class RolloutConfig(BaseModel):
     def _check(self) -> RolloutConfig:
         if self.append and self.overwrite:
             raise ValueError("--append and --overwrite exclude each other; pick one.")
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError("--backend openai needs --base-url http://HOST:PORT/v1 (the server's API root).")
+        if self.base_url and self.backend != "openai":
+            raise ValueError("--base-url is for --backend openai; add --backend openai.")
         return self

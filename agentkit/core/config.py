@@ -27,7 +27,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         if origin in (types.UnionType, typing.Union) and len(args) == 1:
             annotation, origin = args[0], typing.get_origin(args[0])
-        default = field.default if field.default is not None else None
+        default = None if field.default is None or field.is_required() or field.default_factory else field.default
         help_text = (field.description or "") + (f" (default: {default})" if default not in (None, "") else "")
         kwargs: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS, "dest": name}
         if annotation is bool:
@@ -39,7 +39,23 @@ def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]
             kwargs["metavar"] = name.split("_")[-1].upper()
         elif origin in (list, tuple):
             kwargs["nargs"] = "*"
+        elif origin is dict:
+            kwargs["type"] = _json_object
+            kwargs["metavar"] = "JSON"
         parser.add_argument(_flag(name), **kwargs)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not JSON ({err.msg} at character {err.pos}): {text!r}; "
+                                         'write an object such as \'{"dtype": "float32"}\'') from err
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object ({{...}}), got {text!r}")
+    return value
 
 
 def build_config(model: type[BaseModel], values: dict[str, Any]):

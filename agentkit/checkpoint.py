@@ -23,8 +23,7 @@ MARKER = "COMPLETE"
 REQUIRED = ("config.json", "model.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json", MARKER)
 
 
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    state = optimizer.state_dict()
+def _optimizer_tensors(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for index, values in state["state"].items():
@@ -37,7 +36,9 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer: torch.optim.Optimizer,
-                    state: dict[str, Any], keep: int = 2) -> Path:
+                    state: dict[str, Any], keep: int = 2, optimizer_state: dict[str, Any] | None = None) -> Path:
+    """``optimizer_state``: the optimizer's whole state dict, where ``optimizer`` holds only a shard
+    of it (FSDP; ``agentkit.distributed``)."""
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
@@ -45,7 +46,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer: torch
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        tensors, meta = _optimizer_tensors(optimizer)
+        tensors, meta = _optimizer_tensors(optimizer_state if optimizer_state is not None else optimizer.state_dict())
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         (tmp / "optimizer.json").write_text(json.dumps(meta))
         save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))

@@ -159,7 +159,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from agentkit.train import train
 
     run_dir = train(cfg, resume=args.resume, show_progress=not args.quiet)
-    print(f"run folder: {run_dir} (metrics.jsonl, eval.jsonl, checkpoints/, curves.png)")
+    if os.environ.get("RANK", "0") == "0":  # once, not per training process
+        print(f"run folder: {run_dir} (metrics.jsonl, eval.jsonl, checkpoints/, curves.png)")
     return 0
 
 
@@ -321,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-size", type=int, help="Episodes per task.")
     p.add_argument("--tasks-per-step", type=int, help="Tasks per step.")
     p.add_argument("--demos", help="Demonstrations JSONL for objectives that train on them (sft).")
-    p.add_argument("--teacher", help="Teacher for distillation objectives: self | model:DIR (default: the objective's).")
+    p.add_argument("--teacher", help="Teacher for distillation objectives: self | model:DIR | vllm:DIR | openai:URL[#MODEL] (default: the objective's).")
     p.add_argument("--skills", help="Skill bank (file or starter name; default: the env family's starter bank).")
     p.add_argument("--retrieval", help="Skill retrieval: ucb | keyword | full | random (default: ucb).")
     p.add_argument("--seed", type=int, help="Run seed.")

@@ -7,10 +7,23 @@
 Every random choice is a function of (seed, step): the tasks of a step, each episode's sampling
 seeds, the minibatch order. So a run resumed from its step-N checkpoint continues exactly as the
 uninterrupted run would have.
+
+Several processes (``pip install 'agentkit[distributed]'``): ``torchrun --nproc_per_node N -m
+agentkit.cli train ...`` or ``accelerate launch [--config_file CFG] -m agentkit.cli train ...`` run this
+same loop once per rank, with DDP or FSDP2 from the launcher's config (``accelerate.Accelerator``;
+without CUDA, gloo on CPU: launch with ``--multi_gpu --num_processes N``, as ``--cpu`` starts one
+process). Each rank plays its share of the step's tasks (task i on rank i % world: whole GRPO
+groups); then every rank holds the whole step batch and computes the loss on its share of each
+minibatch's episodes with the whole minibatch's normalizers, so the update is the one-process
+update up to float rounding (about 1e-6 in the weights after two steps; not bit for bit).
+Evaluation, metrics files, checkpoints (whole weights: one process can resume them, and any
+launcher can resume a one-process run) and plots come from the main process.
+``agentkit.distributed`` holds the details; one process uses none of it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -105,9 +118,11 @@ def prepare_run(cfg: TrainConfig, resume: bool) -> tuple[TrainConfig, Path, int 
 
 def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True) -> Path:
     """Run (or resume) training; return the run folder."""
+    from agentkit.distributed import ranks as start_ranks
     from agentkit.models import ensure_default_model
 
-    cfg, run_dir, resume_step = prepare_run(cfg, resume)
+    ranks = start_ranks()  # one process, or this process's place among several (agentkit.distributed)
+    cfg, run_dir, resume_step = ranks.on_main(prepare_run, cfg, resume)
     torch.manual_seed(cfg.seed)
     base_model = Path(cfg.model) if cfg.model else ensure_default_model()
     start = run_dir / "checkpoints" / f"step-{resume_step}" if resume_step is not None else base_model
@@ -137,7 +152,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
 
     reference = None
     if objective.needs_reference:
-        reference = load_causal_lm(base_model)  # the initial policy, frozen
+        reference = load_causal_lm(base_model, device=str(ranks.device))  # the initial policy, frozen
         reference.requires_grad_(False)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
                                   weight_decay=cfg.train.weight_decay)
@@ -145,20 +160,27 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
     if resume_step is not None:  # after every model is loaded: restores the RNG the run had
         first_step = load_training_state(start, optimizer)["step"]
         for name in ("metrics.jsonl", "eval.jsonl"):
-            _truncate_jsonl(run_dir / name, first_step)
+            if ranks.is_main:  # the main process writes the run's files
+                _truncate_jsonl(run_dir / name, first_step)
+    # model: what the update runs (DDP/FSDP-wrapped under a launcher); sampler: the whole weights
+    model, optimizer, sampler = ranks.prepare(policy, optimizer)
 
-    # the backend samples with the very module being trained: syncing weights is free here
-    backend = HFBackend(policy, tokenizer, seed=cfg.seed, name=str(base_model))
+    if cfg.rollout.backend == "vllm":  # an engine of its own: weights synced after every update
+        from agentkit.rollout.vllm_backend import VLLMBackend
+
+        backend = VLLMBackend(start, tokenizer, seed=cfg.seed, name=str(base_model), **cfg.rollout.vllm)
+    else:  # the backend samples with the very module being trained: syncing weights is free here
+        backend = HFBackend(sampler, tokenizer, seed=cfg.seed, name=str(base_model), device=str(ranks.device))
     demos = read_trajectories(cfg.train.demos) if objective.uses_demonstrations else None
     train_envs = None if demos is not None else _make_envs(cfg, "train")
-    eval_envs = _make_envs(cfg, cfg.env.eval_split)
+    eval_envs = _make_envs(cfg, cfg.env.eval_split) if ranks.is_main else None
     (run_dir / "trajectories").mkdir(exist_ok=True)
     base_sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                    max_new_tokens=cfg.rollout.max_new_tokens)
     from tqdm import tqdm
 
     bar = tqdm(total=cfg.train.steps, initial=first_step, desc=f"train {cfg.objective.name}", unit="step",
-               disable=not show_progress)
+               disable=not (show_progress and ranks.is_main))
     try:
         for step in range(first_step, cfg.train.steps):
             started = time.perf_counter()
@@ -172,21 +194,28 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
                     rollout.add(t)
             else:
                 first_task = step * cfg.rollout.tasks_per_step
-                specs = [EpisodeSpec(first_task + i, k) for i in range(cfg.rollout.tasks_per_step)
-                         for k in range(cfg.rollout.group_size)]
+                tasks = ranks.shard(range(first_task, first_task + cfg.rollout.tasks_per_step))  # whole groups
+                specs = [EpisodeSpec(task, k) for task in tasks for k in range(cfg.rollout.group_size)]
                 collector = Collector(backend, train_envs, env_id=cfg.env.id, split="train",
                                       sampling=replace(base_sampling, seed=cfg.seed * 1_000_003 + step),
                                       context=cfg.rollout.context, window=cfg.rollout.window,
                                       show_admissible=cfg.rollout.show_admissible,
                                       skills=skill_selector(cfg.seed * 1_000_003 + step, sees=policy_sees_skills))
-                with TrajectoryWriter(run_dir / "trajectories" / f"step-{step + 1}.jsonl", mode="overwrite") as writer:
-                    trajectories = []
+                path = run_dir / "trajectories" / f"step-{step + 1}.jsonl"
+                with TrajectoryWriter(path, mode="overwrite") if ranks.is_main else contextlib.nullcontext() as writer:
+                    played = []
 
-                    def keep(t, writer=writer, trajectories=trajectories):
-                        writer.write(t)
-                        trajectories.append(t)
+                    def keep(t, writer=writer, played=played):
+                        if writer is not None:
+                            writer.write(t)
+                        played.append(t)
 
                     rollout = collector.run(specs, keep)
+                    trajectories, rollout = ranks.gather(played, rollout)  # every rank's episodes
+                    mine = {t.id for t in played}
+                    for t in trajectories:
+                        if writer is not None and t.id not in mine:
+                            writer.write(t)
                 trajectories.sort(key=lambda t: t.id)  # arrival order depends on timing; training must not
                 if bank is not None:  # UCB statistics: every episode's return, in a fixed order
                     for t in trajectories:
@@ -197,8 +226,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
             prepare_s = time.perf_counter() - prepare_started
             if reference is not None:
                 with torch.no_grad():
-                    batch = replace(batch, ref_logprobs=policy_logprobs(reference, batch))
+                    batch = replace(batch, ref_logprobs=policy_logprobs(reference, ranks.to_device(batch)).cpu())
             # 4. minibatch updates with a token budget per micro-batch
+            if cfg.rollout.vllm_sleep:
+                backend.sleep(level=1)  # give the accelerator's memory to the update
             policy.train()
             losses, objective_metrics, grad_norms, skipped = [], {}, [], 0
             episodes = torch.unique(batch.episode_index).tolist()
@@ -211,19 +242,21 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
                     minibatch = batch.rows(rows).with_normalizers()
                     optimizer.zero_grad(set_to_none=True)
                     total = 0.0
-                    for micro in minibatch.micro_batches(cfg.train.micro_batch_tokens):
+                    # this rank's share of the minibatch (all of it in one process)
+                    for micro in ranks.micro_batches(model, minibatch, cfg.train.micro_batch_tokens):
                         if getattr(objective, "needs_support", False):
-                            logprobs, support = policy_logprobs(policy, micro, support=True)
+                            logprobs, support = policy_logprobs(model, micro, support=True)
                             loss, metrics = objective.loss(micro, logprobs, support)
                         else:
-                            loss, metrics = objective.loss(micro, policy_logprobs(policy, micro))
-                        loss.backward()
+                            loss, metrics = objective.loss(micro, policy_logprobs(model, micro))
+                        ranks.backward(loss)
                         total += float(loss.detach())
                         share = micro.num_response_tokens / max(1, minibatch.num_response_tokens)
                         for key, value in metrics.items():
                             objective_metrics[key] = objective_metrics.get(key, 0.0) + share * value
+                    total = ranks.sum(total)
                     clip = cfg.train.grad_clip if cfg.train.grad_clip > 0 else float("inf")
-                    norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
+                    norm = ranks.clip_grad_norm_(model, clip)
                     if not (math.isfinite(norm) and math.isfinite(total)):
                         skipped += 1  # a NaN/inf loss or gradient never reaches the weights
                         optimizer.zero_grad(set_to_none=True)
@@ -232,37 +265,57 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
                     losses.append(total)
                     grad_norms.append(norm)
             updates = max(1, cfg.train.epochs * cfg.train.minibatches)
+            objective_metrics = ranks.sum_metrics(objective_metrics)
             policy.eval()
-            # 5. weights are shared with the HF backend; other backends sync here
+            # 5. weights are shared with the HF backend (but for FSDP's sampling copy); vLLM loads them
+            ranks.sync_weights(model, sampler)
+            if cfg.rollout.vllm_sleep:
+                backend.wake_up()
+            sync_error = {}
+            if hasattr(backend, "sync_weights"):
+                backend.sync_weights(sampler)
+                probe = batch.input_ids[0, : int(batch.attention_mask[0].sum())].tolist()
+                sync_error = {"vllm_sync_error": backend.sync_error(sampler, probe)}
             record = {"step": step + 1, "loss": sum(losses) / max(1, len(losses)) if losses else float("nan"),
                       **_summary(rollout), "tokens": batch.num_response_tokens,
                       "grad_norm": sum(grad_norms) / max(1, len(grad_norms)), "skipped_updates": skipped,
                       "lr": cfg.train.lr, "step_s": 0.0, "data": "demonstrations" if demos is not None else "rollouts",
-                      "prepare_s": prepare_s, **batch.metrics,
+                      "prepare_s": prepare_s, **batch.metrics, **sync_error,
                       **{k: v / updates for k, v in objective_metrics.items()}}
-            # 6. periodic greedy evaluation
+            # 6. periodic greedy evaluation (files: the main process only)
             last = step + 1 == cfg.train.steps
-            if last or (cfg.eval.every and (step + 1) % cfg.eval.every == 0):
+            if ranks.is_main and (last or (cfg.eval.every and (step + 1) % cfg.eval.every == 0)):
                 stats = evaluate(backend, cfg, eval_envs, cfg.eval.episodes,
                                  skills=skill_selector(cfg.seed, sees=True) if policy_sees_skills else None)
                 _append_jsonl(run_dir / "eval.jsonl", {"step": step + 1, "split": cfg.env.eval_split,
                                                       "episodes": stats.episodes, **_summary(stats)})
             record["step_s"] = time.perf_counter() - started
-            _append_jsonl(run_dir / "metrics.jsonl", record)
+            if ranks.is_main:
+                _append_jsonl(run_dir / "metrics.jsonl", record)
             # 7. checkpoint
             if last or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
                 state = {"step": step + 1, "skillbank": bank.to_dict() if bank is not None else None}
-                save_checkpoint(run_dir, step + 1, policy, tokenizer, optimizer, state, keep=cfg.checkpoint.keep)
-            if bank is not None:
+                whole_optimizer = ranks.optimizer_state(model, optimizer)  # FSDP: gathered from every rank
+                if ranks.is_main:
+                    save_checkpoint(run_dir, step + 1, sampler, tokenizer, optimizer, state, keep=cfg.checkpoint.keep,
+                                    optimizer_state=whole_optimizer)
+            if bank is not None and ranks.is_main:
                 bank.save()
+            ranks.barrier()
             bar.update(1)
             bar.set_postfix(success=f"{record['success_rate']:.2f}", loss=f"{record['loss']:.3f}")
     finally:
         bar.close()
         if train_envs is not None:
             train_envs.close()
-        eval_envs.close()
-    from agentkit.plots import plot_runs
+        if eval_envs is not None:
+            eval_envs.close()
+        if hasattr(backend, "close"):
+            backend.close()
+    if ranks.is_main:
+        from agentkit.plots import plot_runs
 
-    plot_runs([run_dir], run_dir / "curves.png")
+        plot_runs([run_dir], run_dir / "curves.png")
+    ranks.barrier()
+    ranks.close()
     return run_dir

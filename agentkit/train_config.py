@@ -36,6 +36,9 @@ class RolloutSection(_Section):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
     max_new_tokens: int = Field(24, gt=0, description="Most tokens per response.")
     show_admissible: bool = Field(True, description="List the admissible actions in observations.")
+    backend: Literal["hf", "vllm"] = Field("hf", description="Generation backend: hf (transformers, shares the trained module) or vllm (in-process engine; weights synced after every update).")
+    vllm: dict[str, Any] = Field(default_factory=dict, description="vllm.LLM settings with backend=vllm (gpu_memory_utilization, dtype, weight_sync=direct|ipc|file, kv_cache_gib, enable_sleep_mode, tensor_parallel_size...).")
+    vllm_sleep: bool = Field(False, description="Put the vLLM engine to sleep during updates (GPU; needs vllm.enable_sleep_mode).")
 
 
 class ObjectiveSection(_Section):
@@ -112,6 +115,8 @@ class TrainConfig(_Section):
         from agentkit.skillbank.retrieval import REGISTRY as RETRIEVERS
 
         RETRIEVERS.spec(self.skills.retrieval)  # unknown name -> did you mean
+        if self.rollout.vllm_sleep and not (self.rollout.backend == "vllm" and self.rollout.vllm.get("enable_sleep_mode")):
+            raise ValueError("rollout.vllm_sleep needs rollout.backend=vllm and rollout.vllm.enable_sleep_mode=true.")
         if self.train.minibatches > self.rollout.tasks_per_step * self.rollout.group_size:
             raise ValueError("train.minibatches is larger than the number of episodes per step.")
         return self

@@ -41,8 +41,9 @@ def aggregate(per_token: torch.Tensor, batch: TokenBatch, mode: str = "token-mea
     if mode == "sequence-mean":
         episodes = batch.episode_index  # [B]
         unique, inverse = torch.unique(episodes, return_inverse=True)
-        sums = torch.zeros(len(unique), dtype=per_token.dtype).index_add(0, inverse, (per_token * mask).sum(dim=1))
-        counts = torch.zeros(len(unique), dtype=per_token.dtype).index_add(0, inverse, mask.sum(dim=1))
+        zeros = torch.zeros(len(unique), dtype=per_token.dtype, device=per_token.device)  # [E]
+        sums = zeros.index_add(0, inverse, (per_token * mask).sum(dim=1))
+        counts = zeros.index_add(0, inverse, mask.sum(dim=1))
         return (sums / counts.clamp(min=1)).sum() / batch.sequence_normalizer
     raise ValueError(f"unknown aggregation {mode!r}; use 'token-mean' or 'sequence-mean'")
 

@@ -199,6 +199,19 @@ class VLLMBackend:
         self.weight_version += 1
         self.llm.reset_prefix_cache()
 
+    def sync_error(self, module, ids: Sequence[int]) -> float:
+        """Largest |served - module| log-prob over the tokens of ``ids``: ~1e-6 after a good sync in
+        float32 (bf16 engines: ~1e-2). The training loop logs it as ``vllm_sync_error``."""
+        import torch
+
+        ids = [int(i) for i in ids]
+        rows = self.prompt_logprobs([ids], topk=1)[0]
+        device = next(module.parameters()).device
+        with torch.no_grad():
+            logits = module(torch.tensor([ids], device=device)).logits[0].float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        return max(abs(rows[j][ids[j]][0] - float(logprobs[j - 1, ids[j]])) for j in range(1, len(ids)))
+
     def _ipc_engine(self, module):
         if self._ipc is None:
             from vllm.distributed.weight_transfer.base import ModuleSource

@@ -105,7 +105,8 @@ class ModelTeacher:
             for i, s in enumerate(seqs):
                 ids[i, : len(s)] = torch.tensor(s)
                 mask[i, : len(s)] = 1
-            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()  # [b, W, V]
+            device = next(self.model.parameters()).device
+            logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float().cpu()  # [b, W, V]
             logp = torch.log_softmax(logits, dim=-1)
             vocab = logp.shape[-1]
             if topk is not None and support_lp is None:
@@ -135,7 +136,8 @@ class ModelTeacher:
         """A greedy generation backend over the same weights (for the turn judge)."""
         from agentkit.rollout.hf_backend import HFBackend
 
-        return HFBackend(self.model, self.tokenizer, seed=seed, name=self.name)
+        return HFBackend(self.model, self.tokenizer, seed=seed, name=self.name,
+                         device=str(next(self.model.parameters()).device))
 
 
 def self_teacher(*, policy, tokenizer, bank: SkillBank | None = None, privileged: Sequence[str] = ("skills",),

@@ -35,7 +35,8 @@ def _serve(model: Path, dtype: str) -> tuple[subprocess.Popen, str]:
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                              "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--max-model-len", "2048",
-                             "--logprobs-mode", "processed_logprobs", "--kv-cache-memory-bytes", str(2**30)],
+                             "--logprobs-mode", "processed_logprobs", "--kv-cache-memory-bytes", str(2**30),
+                             "--no-enable-chunked-prefill"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):

@@ -80,7 +80,7 @@ class VLLMBackend:
         seed: the engine seed (each prompt also gets its own sampling seed).
         weight_sync: "direct" | "ipc" | "file" (see the module docs).
         gpu_memory_utilization: share of the GPU vLLM may take (colocated training: leave room).
-        kv_cache_gib: KV-cache size on CPU (vLLM's default takes half the RAM).
+        kv_cache_gib: KV-cache size (default on CPU: 1 GiB; vLLM's own default takes a third of the RAM).
         enable_sleep_mode: allow ``sleep()``/``wake_up()`` (GPU: frees weights and KV cache while
             the trainer runs).
         max_model_len: the longest prompt + response (default: the model's).
@@ -106,9 +106,15 @@ class VLLMBackend:
         if kv_cache_gib is not None:
             engine_kwargs.setdefault("kv_cache_memory_bytes", int(kv_cache_gib * 2**30))
         vllm = _import_vllm()
-        if enable_sleep_mode:
-            from vllm.platforms import current_platform
+        from vllm.platforms import current_platform
 
+        if current_platform.is_cpu():
+            # per-prompt seeds + a chunked prefill make vLLM rewind the sampler's generator offset,
+            # which CPU generators cannot do ("CPU Generator does not use offset"); whole prefills avoid it
+            engine_kwargs.setdefault("enable_chunked_prefill", False)
+            if kv_cache_gib is None and "kv_cache_memory_bytes" not in engine_kwargs:
+                engine_kwargs["kv_cache_memory_bytes"] = 2**30  # vLLM's CPU default takes a third of the RAM
+        if enable_sleep_mode:
             if not current_platform.is_sleep_mode_available():
                 raise ConfigError(f"vLLM sleep mode is not available on this platform ({current_platform.device_type}): "
                                   "it needs a GPU (CUDA, ROCm or XPU). Leave enable_sleep_mode off here.")

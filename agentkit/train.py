@@ -42,7 +42,7 @@ from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
 from agentkit.rollout.collector import RolloutStats
 from agentkit.rollout.hf_backend import HFBackend, load_causal_lm, load_tokenizer
 from agentkit.rollout.run import env_factory
-from agentkit.rollout.workers import InProcessEnvs, WorkerPool
+from agentkit.rollout.workers import make_env_runner
 from agentkit.train_config import TrainConfig, dump_config, load_config
 
 
@@ -66,7 +66,7 @@ def _summary(stats: RolloutStats) -> dict[str, float]:
 
 def _make_envs(cfg: TrainConfig, split: str):
     make_env = env_factory(cfg.env.id, split=split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
-    return WorkerPool(make_env, cfg.env.workers) if cfg.env.workers else InProcessEnvs(make_env)
+    return make_env_runner(make_env, cfg.env.workers, ray=cfg.env.ray)
 
 
 def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> RolloutStats:

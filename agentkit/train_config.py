@@ -24,7 +24,8 @@ class EnvSection(_Section):
     kwargs: dict[str, Any] = Field(default_factory=lambda: {"level": 2}, description="Environment settings.")
     eval_split: str = Field("eval", description="Held-out split for periodic greedy evaluation.")
     max_turns: int = Field(8, gt=0, description="Turns per episode before truncation.")
-    workers: int = Field(0, ge=0, description="Environment worker processes (0 = in the training process).")
+    workers: int = Field(0, ge=0, description="Environment worker processes, or Ray actors with env.ray (0 = in the training process).")
+    ray: str | None = Field(None, description="Run the environment workers as Ray actors on this cluster: auto, host:port, ray://host:port or local.")
 
 
 class RolloutSection(_Section):
@@ -115,6 +116,8 @@ class TrainConfig(_Section):
         from agentkit.skillbank.retrieval import REGISTRY as RETRIEVERS
 
         RETRIEVERS.spec(self.skills.retrieval)  # unknown name -> did you mean
+        if self.env.ray and self.env.workers == 0:
+            raise ValueError("env.ray runs environment workers as Ray actors: set env.workers to the number of actors (>= 1).")
         if self.rollout.vllm_sleep and not (self.rollout.backend == "vllm" and self.rollout.vllm.get("enable_sleep_mode")):
             raise ValueError("rollout.vllm_sleep needs rollout.backend=vllm and rollout.vllm.enable_sleep_mode=true.")
         if self.train.minibatches > self.rollout.tasks_per_step * self.rollout.group_size:

@@ -29,6 +29,7 @@ class RolloutConfig(BaseModel):
     env_kwargs: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Keyword arguments for the environment, e.g. level=10.")
     env_workers: int = Field(2, ge=0, description="Worker processes that run the environments (0 = step them in this process).")
     step_timeout: float = Field(120.0, gt=0, description="Seconds an environment step may take before its worker is restarted and the episode ended.")
+    ray: str | None = Field(None, description="Run environment workers as Ray actors on this cluster: auto (a running cluster), an address host:port or ray://..., or local (start one here). --env-workers sets the number of actors.")
     skills: str | None = Field(None, description="Skill bank (file or starter name) whose retrieved skills the policy sees (skill_grpo policies).")
     retrieval: str = Field("keyword", description="Skill retriever with --skills: ucb | keyword | full | random.")
     skills_k: int = Field(3, gt=0, description="Skills retrieved per episode with --skills.")
@@ -46,6 +47,9 @@ class RolloutConfig(BaseModel):
     def _check(self) -> RolloutConfig:
         if self.append and self.overwrite:
             raise ValueError("--append and --overwrite exclude each other; pick one.")
+        if self.ray is not None and self.env_workers == 0:
+            raise ValueError("--ray runs the environments in Ray actors, but --env-workers 0 means in this process; "
+                             "pass --env-workers N (N actors) or drop --ray.")
         if self.backend == "openai" and not self.base_url:
             raise ValueError("--backend openai needs --base-url http://HOST:PORT/v1 (the server's API root).")
         if self.base_url and self.backend != "openai":

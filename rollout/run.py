@@ -12,7 +12,7 @@ from agentkit.envs.registry import lookup, parses_own_actions
 from agentkit.rollout.backend import SamplingParams
 from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats
 from agentkit.rollout.config import RolloutConfig
-from agentkit.rollout.workers import InProcessEnvs, WorkerPool
+from agentkit.rollout.workers import make_env_runner
 
 from agentkit.core.errors import AgentkitError, ConfigError, ModelError, OutputExistsError
 from agentkit.core.jsonl import TrajectoryWriter
@@ -51,6 +51,10 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
     lookup(cfg.env)  # unknown id -> did-you-mean, before anything is loaded
     if not (model_dir / "config.json").exists():
         raise ModelError(f"--model {model_dir}: no model there (no config.json). Build one with: agentkit model init --out {model_dir}")
+    if cfg.ray is not None:
+        from agentkit.rollout.ray_workers import connect
+
+        connect(cfg.ray)  # a bad address fails here, before a model is loaded
 
     from agentkit.rollout.backends import make_backend
 
@@ -61,10 +65,7 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
                               max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     make_env = env_factory(cfg.env, split=cfg.split, max_turns=cfg.max_turns, env_kwargs=cfg.env_kwargs)
     make_env().close()  # bad env settings fail here, before the output file is touched
-    if cfg.env_workers > 0:
-        envs = WorkerPool(make_env, cfg.env_workers, step_timeout_s=cfg.step_timeout)
-    else:
-        envs = InProcessEnvs(make_env)
+    envs = make_env_runner(make_env, cfg.env_workers, ray=cfg.ray, step_timeout_s=cfg.step_timeout)
     selector = None
     if cfg.skills:
         from agentkit.skillbank import SkillBank, SkillSelector, make_retriever, resolve_bank

@@ -6,7 +6,9 @@ environments in separate processes (slow simulators like ScienceWorld's JVM or A
 then overlap with generation and with each other); a worker that dies or hangs past its timeout
 is killed and restarted, and every episode that lived on it ends with the error recorded.
 ``InProcessEnvs`` steps environments synchronously in the caller's process (tests, plugins
-registered at run time, and environments too cheap to be worth a process).
+registered at run time, and environments too cheap to be worth a process). ``RayEnvs``
+(rollout/ray_workers.py) runs them as Ray actors across a cluster, with the same failure handling;
+``make_env_runner`` builds whichever a rollout asked for.
 """
 
 from __future__ import annotations
@@ -103,6 +105,42 @@ class InProcessEnvs:
             self._discard(slot)
 
 
+def serve(envs: dict[int, Env], make_env: Callable[[], Env], slot: int, op: Op, arg: Any, *,
+          host: str) -> tuple[tuple | None, str | None, float]:
+    """One request on a worker that keeps its environments in ``envs`` by slot (built on first use).
+
+    Returns (value, error, elapsed_s). A step on a slot with no environment means the worker was
+    restarted under the episode (``host`` names it: "worker process", "Ray actor"); an environment
+    that raises is closed and dropped, so the next reset builds a fresh one.
+    """
+    start = time.perf_counter()
+    env = envs.get(slot)
+    if env is None and op == "step":
+        return None, f"step failed: its {host} died and was restarted, so this environment was lost", 0.0
+    try:
+        if env is None:
+            env = envs[slot] = make_env()
+        return _run(env, op, arg), None, time.perf_counter() - start
+    except Exception as err:  # noqa: BLE001 - reported to the caller, which ends the episode
+        error = f"{op} failed: {type(err).__name__}: {err}\n" + traceback.format_exc(limit=3)
+        broken = envs.pop(slot, None)
+        if broken is not None:
+            try:
+                broken.close()
+            except Exception:  # noqa: BLE001
+                pass
+        return None, error, time.perf_counter() - start
+
+
+def close_all(envs: dict[int, Env]) -> None:
+    for env in envs.values():
+        try:
+            env.close()
+        except Exception:  # noqa: BLE001 - closing a broken env may fail too
+            pass
+    envs.clear()
+
+
 def _worker_main(conn: Connection, make_env: Callable[[], Env]) -> None:
     """A worker process: builds environments on first use of a slot, serves requests in order."""
     envs: dict[int, Env] = {}
@@ -114,34 +152,12 @@ def _worker_main(conn: Connection, make_env: Callable[[], Env]) -> None:
         if request is None:
             break
         req_id, slot, op, arg = request
-        start = time.perf_counter()
+        value, error, elapsed = serve(envs, make_env, slot, op, arg, host="worker process")
         try:
-            env = envs.get(slot)
-            if env is None:
-                if op == "step":
-                    raise RuntimeError("its worker process died and was restarted, so this environment was lost")
-                env = envs[slot] = make_env()
-            value, error = _run(env, op, arg), None
-        except Exception as err:  # noqa: BLE001 - reported to the parent, which ends the episode
-            value = None
-            error = f"{op} failed: {type(err).__name__}: {err}"
-            if not isinstance(err, RuntimeError) or "environment was lost" not in str(err):
-                error += "\n" + traceback.format_exc(limit=3)
-            broken = envs.pop(slot, None)
-            if broken is not None:
-                try:
-                    broken.close()
-                except Exception:  # noqa: BLE001
-                    pass
-        try:
-            conn.send((req_id, slot, op, value, error, time.perf_counter() - start))
+            conn.send((req_id, slot, op, value, error, elapsed))
         except (BrokenPipeError, OSError):
             break
-    for env in envs.values():
-        try:
-            env.close()
-        except Exception:  # noqa: BLE001
-            pass
+    close_all(envs)
 
 
 @dataclass
@@ -292,3 +308,24 @@ class WorkerPool:
         for worker in self._workers:
             worker.process.join(timeout=10)
             worker.kill()
+
+
+def make_env_runner(make_env: Callable[[], Env], workers: int, *, ray: str | None = None, step_timeout_s: float = 60.0,
+                    reset_timeout_s: float = 600.0) -> EnvRunner:
+    """The environment runner a rollout asked for: Ray actors, worker processes, or this process.
+
+    Args:
+        make_env: a picklable callable building one environment (see ``WorkerPool``).
+        workers: worker processes, or Ray actors with ``ray``; 0 steps environments in this process.
+        ray: a Ray cluster to run the workers on (``auto``, ``host:port``, ``ray://host:port`` or
+            ``local``; see ``agentkit.rollout.ray_workers.RayEnvs``); None = local processes.
+        step_timeout_s: a step taking longer counts as a hang; its worker is restarted.
+        reset_timeout_s: the same for reset.
+    """
+    if ray is not None:
+        from agentkit.rollout.ray_workers import RayEnvs
+
+        return RayEnvs(make_env, workers, address=ray, step_timeout_s=step_timeout_s, reset_timeout_s=reset_timeout_s)
+    if workers > 0:
+        return WorkerPool(make_env, workers, step_timeout_s=step_timeout_s, reset_timeout_s=reset_timeout_s)
+    return InProcessEnvs(make_env)

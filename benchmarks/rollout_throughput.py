@@ -4,19 +4,28 @@ One run measures both: the collector plays B episodes at once (one batched gener
 while a recording wrapper keeps every prompt batch it sent to the backend; then the same batches
 are replayed straight into ``backend.generate`` with the same sampler seed, so both sides generate
 exactly the same tokens. ratio = collector tokens/s / raw tokens/s. The rest of the collector's
-time is split into environment stepping and bookkeeping (tokenization, trajectory assembly,
-writing).
+time is split into environment reset and stepping, tokenization (chat template, encode, decode:
+timed through a tokenizer proxy), writing the JSONL, and the remaining bookkeeping (turn and
+trajectory assembly, the event loop). ``--profile N`` also prints the collector run's N costliest
+functions by own time (cProfile; it slows the run, so its ratio is not comparable).
 
     python benchmarks/rollout_throughput.py --env textworld/simple-v0 --batch 16 --turns 6
+    ~/.cache/agentkit/venv-vllm/bin/python benchmarks/rollout_throughput.py --backend vllm --model DIR
+
+vLLM's prefix cache is reset before each side, so the replay does not reuse the collector's
+prefills (chat-mode turns still reuse earlier turns' prefixes on both sides alike).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import functools
+import io
 import json
 import os
 import platform
+import pstats
 import tempfile
 import time
 from datetime import date
@@ -25,12 +34,39 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+class TimedTokenizer:
+    """Forwards to a tokenizer, adding up the time spent encoding, decoding and templating."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.seconds = 0.0
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def _timed(self, method, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def __call__(self, *args, **kwargs):
+        return self._timed(self._inner, *args, **kwargs)
+
+    def decode(self, *args, **kwargs):
+        return self._timed(self._inner.decode, *args, **kwargs)
+
+    def apply_chat_template(self, *args, **kwargs):
+        return self._timed(self._inner.apply_chat_template, *args, **kwargs)
+
+
 class RecordingBackend:
-    """Passes generate() through and records each prompt batch."""
+    """Passes generate() through and records each prompt batch; times the collector's tokenizer use."""
 
     def __init__(self, inner):
         self.inner = inner
-        self.tokenizer, self.name, self.max_context = inner.tokenizer, inner.name, inner.max_context
+        self.tokenizer, self.name, self.max_context = TimedTokenizer(inner.tokenizer), inner.name, inner.max_context
         self.batches: list[list[list[int]]] = []
 
     def generate(self, prompts, params, seeds=None):
@@ -38,16 +74,32 @@ class RecordingBackend:
         return self.inner.generate(prompts, params, seeds)
 
 
-def measure(env_id: str, model_dir: Path, batch: int, turns: int, max_new_tokens: int, context: str, seed: int,
-            env_kwargs: dict, env_workers: int = 0) -> dict:
+def load_backend(kind: str, model_dir: Path, seed: int, vllm_args: dict):
+    if kind == "vllm":
+        from agentkit.rollout.vllm_backend import VLLMBackend
+
+        return VLLMBackend(model_dir, seed=seed, **vllm_args)
+    from agentkit.rollout.hf_backend import HFBackend
+
+    return HFBackend(model_dir, seed=seed)
+
+
+def reset_caches(backend) -> None:
+    """Drop vLLM's prefix cache so one side does not reuse the other's prefills."""
+    llm = getattr(backend, "llm", None)
+    if llm is not None:
+        llm.reset_prefix_cache()
+
+
+def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, context: str, seed: int,
+            env_kwargs: dict, env_workers: int = 0, profile_top: int = 0, rounds: int = 1) -> dict:
     from agentkit.envs import ActionParser, make
     from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
-    from agentkit.rollout.hf_backend import HFBackend
+    from agentkit.rollout.collector import RolloutStats
     from agentkit.rollout.workers import InProcessEnvs, WorkerPool
 
     from agentkit.core.jsonl import TrajectoryWriter
 
-    backend = HFBackend(model_dir, seed=seed)
     # fixed-length responses on both sides: no stop strings, so every batch is the same work
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, stop=(), seed=seed)
     # the untrained model rarely writes <action> tags; sending its whole text as the command makes the
@@ -62,39 +114,89 @@ def measure(env_id: str, model_dir: Path, batch: int, turns: int, max_new_tokens
     backend.generate([[1, 2, 3]], params)  # warm up kernels
 
     recorder = RecordingBackend(backend)
-    envs = WorkerPool(make_env, env_workers) if env_workers else InProcessEnvs(make_env)
-    if env_workers:  # start the worker processes (interpreter + imports) outside the timed region
-        for slot in range(env_workers):
-            envs.submit(slot, "reset", seed)
-        started = 0
-        while started < env_workers:
-            started += len(envs.poll(None))
-    collector = Collector(recorder, envs, env_id=env_id, sampling=params, context=context)
-    backend.reseed(seed)
-    with tempfile.TemporaryDirectory() as tmp, TrajectoryWriter(Path(tmp) / "t.jsonl") as writer:
-        stats = collector.run([EpisodeSpec(seed + t) for t in range(batch)], writer.write)
-    collector.close()
 
-    backend.reseed(seed)
-    raw_tokens, start = 0, time.perf_counter()
-    for prompts, seeds in recorder.batches:
-        raw_tokens += sum(len(g.token_ids) for g in backend.generate(prompts, params, seeds))
-    raw_s = time.perf_counter() - start
-    assert raw_tokens == stats.generated_tokens, (raw_tokens, stats.generated_tokens)
+    def collect(profiler: cProfile.Profile | None) -> tuple[RolloutStats, float, float]:
+        """One collector run: its stats, tokenizer seconds and writer seconds."""
+        envs = WorkerPool(make_env, env_workers) if env_workers else InProcessEnvs(make_env)
+        if env_workers:  # start the worker processes (interpreter + imports) outside the timed region
+            for slot in range(env_workers):
+                envs.submit(slot, "reset", seed)
+            started = 0
+            while started < env_workers:
+                started += len(envs.poll(None))
+        collector = Collector(recorder, envs, env_id=env_id, sampling=params, context=context)
+        tokenizing_s = recorder.tokenizer.seconds  # the chat template rendered once at construction
+        write_s = 0.0
+
+        def write(trajectory) -> None:
+            nonlocal write_s
+            start = time.perf_counter()
+            writer.write(trajectory)
+            write_s += time.perf_counter() - start
+
+        reset_caches(backend)
+        recorder.batches.clear()
+        with tempfile.TemporaryDirectory() as tmp, TrajectoryWriter(Path(tmp) / "t.jsonl") as writer:
+            if profiler is not None:
+                profiler.enable()
+            stats = collector.run([EpisodeSpec(seed + t) for t in range(batch)], write)
+            if profiler is not None:
+                profiler.disable()
+        collector.close()
+        return stats, recorder.tokenizer.seconds - tokenizing_s, write_s
+
+    def replay(batches) -> tuple[int, float]:
+        reset_caches(backend)
+        tokens, start = 0, time.perf_counter()
+        for prompts, seeds in batches:
+            tokens += sum(len(g.token_ids) for g in backend.generate(prompts, params, seeds))
+        return tokens, time.perf_counter() - start
+
+    # rounds alternate which side goes first (after the first, which records the batches), so a
+    # change in the machine's load between the two sides evens out; the figures are sums over rounds
+    profiler = cProfile.Profile() if profile_top else None
+    stats, tokenizing_s, write_s, raw_tokens, raw_s, round_ratios = RolloutStats(), 0.0, 0.0, 0, 0.0, []
+    batches = None
+    for round_ in range(rounds):
+        if round_ % 2:
+            tokens, seconds = replay(batches)
+            run_stats, tok_s, wr_s = collect(profiler)
+        else:
+            run_stats, tok_s, wr_s = collect(profiler)
+            batches = batches or list(recorder.batches)
+            tokens, seconds = replay(batches)
+        if recorder.batches != batches:
+            raise RuntimeError("the collector sent different batches in two rounds; the comparison needs identical work")
+        assert tokens == run_stats.generated_tokens, (tokens, run_stats.generated_tokens)
+        round_ratios.append(round((run_stats.generated_tokens / run_stats.wall_s) / (tokens / seconds), 3))
+        raw_tokens, raw_s, tokenizing_s, write_s = raw_tokens + tokens, raw_s + seconds, tokenizing_s + tok_s, write_s + wr_s
+        for name in ("generated_tokens", "wall_s", "generate_s", "env_s", "reset_s"):
+            setattr(stats, name, getattr(stats, name) + getattr(run_stats, name))
+    if profiler is not None:
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(profile_top)
+        print(out.getvalue(), flush=True)
 
     collector_tps = stats.generated_tokens / stats.wall_s
     raw_tps = raw_tokens / raw_s
-    other_s = stats.wall_s - stats.generate_s - stats.env_s - stats.reset_s
+    # with env workers, env time overlaps generation: the remainder is then a lower bound
+    other_s = stats.wall_s - stats.generate_s - stats.env_s - stats.reset_s - tokenizing_s - write_s
     return {
-        "env": env_id, "env_workers": env_workers, "batch": batch, "turns": turns, "max_new_tokens": max_new_tokens, "context": context,
+        "backend": type(backend).__name__, "env": env_id, "env_workers": env_workers, "batch": batch, "turns": turns, "max_new_tokens": max_new_tokens, "context": context,
+        "rounds": rounds, "round_ratios": round_ratios,
         "tokens": raw_tokens, "generate_calls": len(recorder.batches),
         "collector_tokens_per_s": round(collector_tps, 1), "raw_tokens_per_s": round(raw_tps, 1),
         "ratio": round(collector_tps / raw_tps, 3),
         "ratio_without_env_time": round(stats.generated_tokens / (stats.wall_s - stats.env_s - stats.reset_s) / raw_tps, 3),
+        # the same generate calls timed on both sides: far from 1 means the machine's load drifted
+        "raw_s_over_collector_generate_s": round(raw_s / stats.generate_s, 3),
         "share_generate": round(stats.generate_s / stats.wall_s, 3),
         "share_env_step": round(stats.env_s / stats.wall_s, 3),
         "share_env_reset": round(stats.reset_s / stats.wall_s, 3),
+        "share_tokenize": round(tokenizing_s / stats.wall_s, 3),
+        "share_write": round(write_s / stats.wall_s, 3),
         "share_bookkeeping": round(other_s / stats.wall_s, 3),
+        "profiled": bool(profile_top),
         "generation_idle_share": round(stats.generation_idle_s / stats.wall_s, 3),
     }
 
@@ -110,6 +212,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--env-workers", type=int, nargs="+", default=[0, 2],
                         help="Worker-process counts to measure (0 = environments in the collector's process).")
+    parser.add_argument("--backend", default="hf", choices=["hf", "vllm"],
+                        help="Generation backend (vllm: run with a Python that has vLLM).")
+    parser.add_argument("--vllm-args", type=json.loads, default={},
+                        help='Extra VLLMBackend keyword arguments as JSON, e.g. \'{"enforce_eager": true}\'.')
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="Print the collector run's N costliest functions (cProfile; slows the run).")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="Collector/replay rounds, alternating which side goes first (for a noisy machine).")
     parser.add_argument("--json", help="Append the results as JSON lines to this file.")
     args = parser.parse_args()
 
@@ -120,11 +230,12 @@ def main() -> None:
     from agentkit.models import ensure_default_model
 
     model_dir = Path(args.model) if args.model else ensure_default_model()
+    backend = load_backend(args.backend, model_dir, args.seed, args.vllm_args)
     rows = []
     for env_id in args.env or ["textworld/simple-v0", "textworld/coin-v0"]:
         for workers in args.env_workers:
-            row = measure(env_id, model_dir, args.batch, args.turns, args.max_new_tokens, args.context, args.seed, {},
-                          workers)
+            row = measure(env_id, backend, args.batch, args.turns, args.max_new_tokens, args.context, args.seed, {},
+                          workers, args.profile, args.rounds)
             row.update(machine=f"{platform.machine()}, {os.cpu_count()} cores", date=str(date.today()),
                        model=str(model_dir))
             rows.append(row)

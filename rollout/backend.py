@@ -87,3 +87,13 @@ class GenerationBackend(Protocol):
         rest of the batch, so rollouts reproduce however episodes were batched together.
         """
         ...
+
+
+def row_seeds(prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None) -> list[int]:
+    """One sampling seed per prompt: ``seeds`` when given (checked to match ``prompts``), else
+    ``params.seed + row``. Backends that seed each row use it."""
+    if seeds is not None:
+        if len(seeds) != len(prompts):
+            raise ValueError(f"generate(): {len(prompts)} prompts but {len(seeds)} seeds")
+        return [int(s) for s in seeds]
+    return [params.seed + row for row in range(len(prompts))]

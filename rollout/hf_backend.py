@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from agentkit.rollout.backend import Generation, SamplingParams
+from agentkit.rollout.backend import Generation, SamplingParams, row_seeds
 
 from agentkit.core.errors import ModelError
 
@@ -111,9 +111,8 @@ class HFBackend:
                  seeds: Sequence[int] | None = None) -> list[Generation]:
         if not prompts:
             return []
-        if seeds is not None and len(seeds) != len(prompts):
-            raise ValueError(f"generate(): {len(prompts)} prompts but {len(seeds)} seeds")
-        sampler = self.generator if seeds is None else [torch.Generator().manual_seed(int(s)) for s in seeds]
+        sampler = self.generator if seeds is None else [torch.Generator().manual_seed(s)
+                                                        for s in row_seeds(prompts, params, seeds)]
         batch = len(prompts)
         lengths = [len(p) for p in prompts]
         if min(lengths) == 0:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agentkit.rollout.backend import Generation, SamplingParams
+from agentkit.rollout.backend import Generation, SamplingParams, row_seeds
 
 from agentkit.core.errors import ConfigError, ModelError
 
@@ -174,10 +174,8 @@ class OpenAIBackend:
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[Generation]:
-        if seeds is not None and len(seeds) != len(prompts):
-            raise ValueError(f"generate(): {len(prompts)} prompts but {len(seeds)} seeds")
-        row_seeds = [int(s) for s in seeds] if seeds is not None else [params.seed + i for i in range(len(prompts))]
-        futures = [self._pool.submit(self._complete, p, params, s) for p, s in zip(prompts, row_seeds, strict=True)]
+        rows = row_seeds(prompts, params, seeds)
+        futures = [self._pool.submit(self._complete, p, params, s) for p, s in zip(prompts, rows, strict=True)]
         return [f.result() for f in futures]
 
     # -- teacher scoring ------------------------------------------------------------------------

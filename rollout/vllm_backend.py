@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentkit.rollout.backend import Generation, SamplingParams
+from agentkit.rollout.backend import Generation, SamplingParams, row_seeds
 
 from agentkit.core.errors import ConfigError, ModelError
 
@@ -145,15 +145,13 @@ class VLLMBackend:
                  seeds: Sequence[int] | None = None) -> list[Generation]:
         if not prompts:
             return []
-        if seeds is not None and len(seeds) != len(prompts):
-            raise ValueError(f"generate(): {len(prompts)} prompts but {len(seeds)} seeds")
+        rows = row_seeds(prompts, params, seeds)
         if self.asleep:
             raise RuntimeError("VLLMBackend.generate(): the engine is asleep; call wake_up() first.")
         from vllm.inputs import TokensPrompt
 
-        row_seeds = [int(s) for s in seeds] if seeds is not None else [params.seed + i for i in range(len(prompts))]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                                    [self._params(params, s) for s in row_seeds], use_tqdm=False)
+                                    [self._params(params, s) for s in rows], use_tqdm=False)
         result = []
         for out in outputs:
             completion = out.outputs[0]

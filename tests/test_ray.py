@@ -26,7 +26,7 @@ from agentkit.envs import ActionParser, make  # noqa: E402
 from agentkit.rollout import Collector, EpisodeSpec, SamplingParams  # noqa: E402
 from agentkit.rollout.ray_workers import RayEnvs, connect, import_ray  # noqa: E402
 from agentkit.rollout.workers import InProcessEnvs, make_env_runner  # noqa: E402
-from test_workers import drain, faulty  # noqa: E402
+from test_workers import KillingBackend, drain, faulty  # noqa: E402
 
 from agentkit.core.errors import ConfigError, MissingDependencyError  # noqa: E402
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories  # noqa: E402
@@ -201,29 +201,14 @@ def test_ray_rollout_equals_in_process_rollout(backend, ray_cluster):
 
 def test_killing_an_actor_ends_its_episodes_and_the_rollout_goes_on(backend, ray_cluster, tmp_path):
     envs = RayEnvs(textworld_env(max_turns=6), 2, address=ray_cluster, step_timeout_s=60)
-    killed = []
-
-    class KillingBackend:
-        """SIGKILLs actor 0's process during the third generate call (a real crash, mid-rollout)."""
-
-        def __init__(self, inner):
-            self.inner, self.calls = inner, 0
-            self.tokenizer, self.name, self.max_context = inner.tokenizer, inner.name, inner.max_context
-
-        def generate(self, prompts, params, seeds=None):
-            self.calls += 1
-            if self.calls == 3 and not killed:
-                killed.append(envs.pids()[0])
-                os.kill(killed[0], signal.SIGKILL)
-            return self.inner.generate(prompts, params, seeds)
-
-    collector = Collector(KillingBackend(backend), envs, env_id=ENV, sampling=SamplingParams(max_new_tokens=8),
+    killing = KillingBackend(backend, envs.pids)
+    collector = Collector(killing, envs, env_id=ENV, sampling=SamplingParams(max_new_tokens=8),
                           max_in_flight=4)
     out = tmp_path / "t.jsonl"
     try:
         with TrajectoryWriter(out) as writer:
             stats = collector.run([EpisodeSpec(s) for s in range(6)], writer.write)
-        assert envs.pids()[0] != killed[0], "actor 0 was replaced"
+        assert envs.pids()[0] != killing.killed[0], "actor 0 was replaced"
     finally:
         collector.close()
     trajectories = read_trajectories(out, strict=True)

@@ -81,31 +81,33 @@ def test_pool_survives_a_fault_and_restarts(fault):
         pool.close()
 
 
+class KillingBackend:
+    """Wraps a backend; SIGKILLs the first process that ``pids()`` lists during the third generate
+    call (a real crash, mid-rollout). ``killed`` holds the pid it killed."""
+
+    def __init__(self, inner, pids, at_call: int = 3):
+        self.inner, self.pids, self.at_call, self.calls, self.killed = inner, pids, at_call, 0, []
+        self.tokenizer, self.name, self.max_context = inner.tokenizer, inner.name, inner.max_context
+
+    def generate(self, prompts, params, seeds=None):
+        self.calls += 1
+        if self.calls == self.at_call and not self.killed:
+            self.killed.append(self.pids()[0])
+            os.kill(self.killed[0], signal.SIGKILL)
+        return self.inner.generate(prompts, params, seeds)
+
+
 def test_killing_a_worker_ends_its_episodes_and_the_rollout_goes_on(backend, tmp_path):
     pytest.importorskip("textworld")
     make_env = functools.partial(make, "textworld/coin-v0", max_turns=6, action_parser=ActionParser(require_match=False),
                                  level=2)
     pool = WorkerPool(make_env, num_workers=2, step_timeout_s=30)
-    killed = []
 
     def progress(trajectory, stats):
         pass
 
-    class KillingBackend:
-        """Kills worker 0 with SIGKILL during the third generate call (a real crash, mid-rollout)."""
-
-        def __init__(self, inner):
-            self.inner, self.calls = inner, 0
-            self.tokenizer, self.name, self.max_context = inner.tokenizer, inner.name, inner.max_context
-
-        def generate(self, prompts, params, seeds=None):
-            self.calls += 1
-            if self.calls == 3 and not killed:
-                killed.append(pool.pids()[0])
-                os.kill(pool.pids()[0], signal.SIGKILL)
-            return self.inner.generate(prompts, params, seeds)
-
-    collector = Collector(KillingBackend(backend), pool, env_id="textworld/coin-v0",
+    killing = KillingBackend(backend, pool.pids)
+    collector = Collector(killing, pool, env_id="textworld/coin-v0",
                           sampling=SamplingParams(max_new_tokens=8), max_in_flight=4)
     out = tmp_path / "t.jsonl"
     with TrajectoryWriter(out) as writer:

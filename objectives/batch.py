@@ -167,16 +167,31 @@ def build_batch(trajectories: Sequence[Trajectory], episode_advantages: Sequence
 
 
 def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
-    """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled).
+    """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled); 0 where no row
+    has a response token.
 
     With ``support``, also the policy's logprobs over the teacher's support: [B, L, K] at
     ``batch.teacher_support_ids``, or [B, L, V] (the whole vocabulary) when those are None.
+
+    Only the columns where some row has a response token go through the output layer and the
+    softmax (``logits_to_keep``): prompts are most of a row, and with a small model the [B, L, V]
+    logits are most of a step's cost. Every objective reads these values under the response mask.
     """
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()  # [B, L, V]
-    logp = torch.log_softmax(logits, dim=-1)  # [B, L, V]
-    sampled = logp.gather(2, batch.input_ids[:, 1:, None]).squeeze(2)  # [B, L]
+    B, L = batch.response_mask.shape
+    cols = batch.response_mask.any(dim=0).nonzero().squeeze(1)  # [C] columns with a response target
+    if cols.numel() == 0:
+        cols = torch.arange(L, device=batch.response_mask.device)
+    cols = cols.to(batch.input_ids.device)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                   logits_to_keep=cols).logits.float()  # [B, C, V]
+    logp = torch.log_softmax(logits, dim=-1)  # [B, C, V]
+    targets = batch.input_ids[:, cols + 1]  # [B, C]: the token each kept column predicts
+    sampled = torch.zeros((B, L), dtype=logp.dtype, device=logp.device)
+    sampled = sampled.index_copy(1, cols, logp.gather(2, targets[:, :, None]).squeeze(2))  # [B, L]
     if not support:
         return sampled
     if batch.teacher_support_ids is None:
-        return sampled, logp
-    return sampled, logp.gather(2, batch.teacher_support_ids)  # [B, L, K]
+        full = logp.new_zeros((B, L, logp.shape[-1]))
+        return sampled, full.index_copy(1, cols, logp)  # [B, L, V]
+    picked = logp.gather(2, batch.teacher_support_ids[:, cols])  # [B, C, K]
+    return sampled, picked.new_zeros((B, L, picked.shape[-1])).index_copy(1, cols, picked)  # [B, L, K]

@@ -106,26 +106,35 @@ class ModelTeacher:
                 ids[i, : len(s)] = torch.tensor(s)
                 mask[i, : len(s)] = 1
             device = next(self.model.parameters()).device
-            logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float().cpu()  # [b, W, V]
-            logp = torch.log_softmax(logits, dim=-1)
+            # only the positions that predict a response token go through the output layer
+            wanted = [(i, r, len(prefixes[int(batch.episode_index[r])]) + t)
+                      for i, r in enumerate(chunk) for t in batch.response_mask[r].nonzero().squeeze(1).tolist()]
+            keep = sorted({pos for _, _, pos in wanted})
+            if not keep:
+                continue
+            column = {pos: c for c, pos in enumerate(keep)}
+            logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                logits_to_keep=torch.tensor(keep, device=device)).logits.float().cpu()  # [b, C, V]
+            logp = torch.log_softmax(logits, dim=-1)  # [b, C, V]
             vocab = logp.shape[-1]
             if topk is not None and support_lp is None:
                 k = vocab if topk == 0 else min(topk, vocab)
                 support_lp = torch.zeros((rows, length, k))
                 support_ids = None if topk == 0 else torch.zeros((rows, length, k), dtype=torch.long)
-            for i, r in enumerate(chunk):
-                p, n = len(prefixes[int(batch.episode_index[r])]), lengths[r]
-                # batch column t predicts input_ids[r, t+1]; in the teacher row that is position p+t
-                row_lp = logp[i, p : p + n - 1]  # [n-1, V]
-                targets = batch.input_ids[r, 1:n]
-                out_lp[r, : n - 1] = row_lp.gather(1, targets[:, None]).squeeze(1)
-                out_top1[r, : n - 1] = row_lp.max(dim=1).values
-                if support_lp is not None:
-                    if support_ids is None:
-                        support_lp[r, : n - 1] = row_lp
-                    else:
-                        values, indices = row_lp.topk(support_lp.shape[-1], dim=1)
-                        support_lp[r, : n - 1], support_ids[r, : n - 1] = values, indices
+            chunk_rows = torch.tensor([i for i, _, _ in wanted])
+            rows_out = torch.tensor([r for _, r, _ in wanted])
+            cols_out = torch.tensor([pos - len(prefixes[int(batch.episode_index[r])]) for _, r, pos in wanted])
+            # batch column t predicts input_ids[r, t+1]; in the teacher row that is position p+t
+            picked = logp[chunk_rows, torch.tensor([column[pos] for _, _, pos in wanted])]  # [N, V]
+            targets = batch.input_ids[rows_out, cols_out + 1]  # [N]
+            out_lp[rows_out, cols_out] = picked.gather(1, targets[:, None]).squeeze(1)
+            out_top1[rows_out, cols_out] = picked.max(dim=1).values
+            if support_lp is not None:
+                if support_ids is None:
+                    support_lp[rows_out, cols_out] = picked
+                else:
+                    values, indices = picked.topk(support_lp.shape[-1], dim=1)
+                    support_lp[rows_out, cols_out], support_ids[rows_out, cols_out] = values, indices
         mask = batch.response_mask
         if support_lp is not None:
             support_lp = support_lp * mask[..., None]

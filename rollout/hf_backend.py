@@ -43,12 +43,13 @@ def load_causal_lm(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
     return model.to(device).eval()
 
 
-def sample_logprobs(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | list[torch.Generator]
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_logprobs(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | list[torch.Generator],
+                    uniform: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row; return (token ids [B], their logprobs under the sampling distribution [B]).
 
-    With one generator per row, rows are sampled by the Gumbel-max trick from their own uniform
-    noise, so a row's sample does not depend on the other rows of the batch.
+    With one generator per row, each row is sampled by inverting its CDF at one uniform number from
+    its own generator, so a row's sample does not depend on the other rows of the batch;
+    ``uniform`` [B] is that number drawn ahead, else it is drawn here.
     """
     logits = logits.float()  # [B, V]
     if params.temperature == 0:
@@ -68,9 +69,13 @@ def sample_logprobs(logits: torch.Tensor, params: SamplingParams, generator: tor
         logits = logits.masked_fill(drop, float("-inf"))
     logprobs = torch.log_softmax(logits, dim=-1)  # [B, V]
     if isinstance(generator, list):
-        noise = torch.stack([torch.rand(logits.shape[-1], generator=g) for g in generator])  # [B, V]
-        gumbel = -torch.log(-torch.log(noise.clamp(min=1e-20)))  # [B, V]
-        tokens = (logprobs + gumbel.to(logprobs.device)).argmax(dim=-1)  # [B]
+        if uniform is None:
+            uniform = torch.cat([torch.rand(1, generator=g) for g in generator])  # [B]
+        cdf = logprobs.exp().cumsum(dim=-1)  # [B, V]
+        total = cdf[:, -1:]  # [B, 1]
+        # the first token whose CDF exceeds u * total (zero-probability tokens never do)
+        target = torch.minimum(uniform.to(cdf.device)[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
+        tokens = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=cdf.shape[-1] - 1)  # [B]
     else:
         tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)  # [B]
     return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
@@ -133,15 +138,19 @@ class HFBackend:
         tokens_out: list[list[int]] = [[] for _ in range(batch)]
         logprobs_out: list[list[float]] = [[] for _ in range(batch)]
         finish = ["length"] * batch
-        active = torch.ones(batch, dtype=torch.bool)
+        active = [True] * batch
         stop_strings = tuple(s for s in params.stop if s)
         tail_tokens = max((len(s) for s in stop_strings), default=0) + 2
         step_ids, step_pos = input_ids, positions
-        for _ in range(params.max_new_tokens):
+        # one uniform per row and step, each row from its own generator
+        uniforms = torch.stack([torch.rand(params.max_new_tokens, generator=g) for g in sampler]) \
+            if isinstance(sampler, list) else None  # [B, T]
+        for step in range(params.max_new_tokens):
             out = self.model(input_ids=step_ids, attention_mask=attention, position_ids=step_pos,
                              past_key_values=cache, use_cache=True)
             cache = out.past_key_values
-            next_tokens, next_logprobs = sample_logprobs(out.logits[:, -1, :], params, sampler)
+            logits = out.logits[:, -1, :]  # [B, V]
+            next_tokens, next_logprobs = sample_logprobs(logits, params, sampler, None if uniforms is None else uniforms[:, step])
             next_list, lp_list = next_tokens.tolist(), next_logprobs.tolist()
             for row in range(batch):
                 if not active[row]:
@@ -155,9 +164,9 @@ class HFBackend:
                     tail = self.tokenizer.decode(tokens_out[row][-tail_tokens:])
                     if any(s in tail for s in stop_strings):
                         active[row], finish[row] = False, "stop"
-            if not active.any():
+            if not any(active):
                 break
-            fed = next_tokens.masked_fill(~active.to(next_tokens.device), self.pad_id)
+            fed = next_tokens.masked_fill(~torch.tensor(active, device=next_tokens.device), self.pad_id)
             step_ids = fed[:, None]
             step_pos = step_pos[:, -1:] + 1
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=attention.device)], dim=1)

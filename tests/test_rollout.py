@@ -58,6 +58,26 @@ def test_top_p_and_temperature_logprobs_are_of_the_sampling_distribution():
     assert seen == {0, 1}
 
 
+def test_per_row_sampler_draws_from_the_sampling_distribution():
+    # per-row generators (seeded generation) invert each row's CDF at a uniform from its own stream
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, -3.0]] * 4)
+    params = SamplingParams(temperature=1.0, top_k=4)
+    probs = torch.softmax(logits[0].masked_fill(torch.arange(5) == 4, float("-inf")), dim=-1)
+    generators = [torch.Generator().manual_seed(100 + r) for r in range(4)]
+    counts = torch.zeros(5)
+    for _ in range(2500):
+        tokens, logprobs = sample_logprobs(logits, params, generators)
+        counts += torch.bincount(tokens, minlength=5)
+        assert torch.allclose(logprobs, probs.log()[tokens])
+    assert counts[4] == 0  # outside the top-k: never drawn
+    freq = counts / counts.sum()  # 10,000 draws: standard error <= 0.005
+    assert torch.allclose(freq, probs, atol=0.02), (freq, probs)
+    # row r's draw depends only on its own generator
+    alone = sample_logprobs(logits[:1], params, [torch.Generator().manual_seed(7)])[0]
+    batched = sample_logprobs(logits, params, [torch.Generator().manual_seed(s) for s in (7, 1, 2, 3)])[0]
+    assert int(alone[0]) == int(batched[0])
+
+
 def test_stop_string_ends_response(backend):
     tok = backend.tokenizer
     prompt = [encode(tok, "hello")]

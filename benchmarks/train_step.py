@@ -122,17 +122,24 @@ def prepare(objective, trajectories, policy, model_dir: Path):
     return batch, prepare_s, ref_s
 
 
-def nll_step(model, optimizer, batch, micro_batch_tokens: int) -> float:
-    """Token-mean cross-entropy on the response tokens; the loop's micro-batching and clipping."""
+def nll_step(model, optimizer, batch, micro_batch_tokens: int, *, all_columns: bool = False) -> float:
+    """Token-mean cross-entropy on the response tokens; the loop's micro-batching and clipping.
+
+    The output layer runs only at the columns where some row has a response token, as in
+    ``policy_logprobs``; ``all_columns`` runs it at every position (what the loop did before).
+    """
     import torch
     import torch.nn.functional as F
 
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
     for micro in batch.micro_batches(micro_batch_tokens):
-        logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits[:, :-1].float()  # [B, L, V]
-        nll = F.cross_entropy(logits.flatten(0, 1), micro.input_ids[:, 1:].flatten(), reduction="none")  # [B*L]
-        loss = (nll.view_as(micro.response_mask) * micro.response_mask).sum() / micro.token_normalizer
+        L = micro.response_mask.shape[1]
+        cols = torch.arange(L) if all_columns else micro.response_mask.any(dim=0).nonzero().squeeze(1)  # [C]
+        logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask,
+                       logits_to_keep=cols).logits.float()  # [B, C, V]
+        nll = F.cross_entropy(logits.flatten(0, 1), micro.input_ids[:, cols + 1].flatten(), reduction="none")  # [B*C]
+        loss = (nll.view(-1, cols.numel()) * micro.response_mask[:, cols]).sum() / micro.token_normalizer
         loss.backward()
         total += float(loss.detach())
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -298,6 +305,17 @@ def main() -> None:
         fn()
         return time.perf_counter() - started
 
+    # the loop's output layer at response columns only vs at every position (before that fix)
+    every, kept = [], []
+    for round_ in range(args.rounds):
+        pair = [(every, functools.partial(nll_step, policy, optimizer, plain, args.micro_batch_tokens, all_columns=True)),
+                (kept, functools.partial(nll_step, policy, optimizer, plain, args.micro_batch_tokens))]
+        for out, fn in (pair[::-1] if round_ % 2 else pair):
+            out.append(timed(fn))
+    columns = {"all_columns_ms": 1000 * statistics.median(every), "response_columns_ms": 1000 * statistics.median(kept),
+               "ratio": statistics.median(a / b for a, b in zip(every, kept))}
+    print(json.dumps({"nll_output_layer": columns}), file=sys.stderr)
+
     results = []
     nll_all = []
     for label, name, objective_args, teacher_kind in rows:
@@ -372,6 +390,8 @@ def main() -> None:
           f"{first['response_tokens']} response tokens, {first['micro_batches']} micro-batch(es) of <= "
           f"{args.micro_batch_tokens} tokens; {args.rounds} interleaved rounds per objective.\n")
     print(f"NLL step: {nll_ms:.1f} ms (median of all rounds)\n")
+    print(f"NLL step with the output layer at every position: {columns['all_columns_ms']:.1f} ms vs at the response "
+          f"columns only: {columns['response_columns_ms']:.1f} ms ({columns['ratio']:.2f}x, median of per-round ratios)\n")
     print("| objective | step ms | ratio to NLL (min-max) | prepare ms (teacher score / judge / ref) | "
           "prepare / NLL step | peak RSS MB (step adds) | NLL peak RSS MB (step adds) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -389,7 +409,7 @@ def main() -> None:
         print(f"\nsage_opd LLM judge (the teacher's weights, greedy, batched): {llm_judge_ms:.0f} ms "
               f"= {llm_judge_ms / nll_ms:.2f}x the NLL step")
     if args.json:
-        Path(args.json).write_text(json.dumps({"nll_ms": nll_ms, "llm_judge_ms": llm_judge_ms, "rows": results}, indent=1))
+        Path(args.json).write_text(json.dumps({"nll_ms": nll_ms, "nll_output_layer": columns, "llm_judge_ms": llm_judge_ms, "rows": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -170,8 +170,10 @@ def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
     """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled); 0 where no row
     has a response token.
 
-    With ``support``, also the policy's logprobs over the teacher's support: [B, L, K] at
-    ``batch.teacher_support_ids``, or [B, L, V] (the whole vocabulary) when those are None.
+    With ``support``, also the policy's logprobs over the teacher's support at the response
+    positions: [N, K] (N = the positions where ``response_mask > 0``, in row-major order, i.e. the
+    rows of ``x[response_mask > 0]``) at ``batch.teacher_support_ids``, or [N, V] (the whole
+    vocabulary) when those are None. A [B, L, V] tensor is never built for it.
 
     Only the columns where some row has a response token go through the output layer and the
     softmax (``logits_to_keep``): prompts are most of a row, and with a small model the [B, L, V]
@@ -190,8 +192,9 @@ def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
     sampled = sampled.index_copy(1, cols, logp.gather(2, targets[:, :, None]).squeeze(2))  # [B, L]
     if not support:
         return sampled
+    where = batch.response_mask[:, cols.to(batch.response_mask.device)].to(logp.device) > 0  # [B, C]
+    picked = logp[where]  # [N, V]: the response positions, row-major
     if batch.teacher_support_ids is None:
-        full = logp.new_zeros((B, L, logp.shape[-1]))
-        return sampled, full.index_copy(1, cols, logp)  # [B, L, V]
-    picked = logp.gather(2, batch.teacher_support_ids[:, cols])  # [B, C, K]
-    return sampled, picked.new_zeros((B, L, picked.shape[-1])).index_copy(1, cols, picked)  # [B, L, K]
+        return sampled, picked
+    ids = batch.teacher_support_ids[:, cols.to(batch.teacher_support_ids.device)].to(logp.device)[where]  # [N, K]
+    return sampled, picked.gather(1, ids)  # [N, K]

@@ -91,7 +91,8 @@ class OPD:
             # only at response positions: the rest are masked anyway, and the [B, L, V] terms cost
             # a full pass over the vocabulary per position (response tokens are a small share of a row)
             where = mask > 0  # [B, L]
-            kl = full_reverse_kl(support[where], batch.teacher_support_logprobs.detach()[where],
+            student = support if support.dim() == 2 else support[where]  # [N, K] (policy_logprobs gives [N, K])
+            kl = full_reverse_kl(student, batch.teacher_support_logprobs.detach()[where],
                                  renormalize=cfg.topk > 0)  # [N]
             per_token = logprobs.new_zeros(mask.shape).masked_scatter(where, kl)  # [B, L]
             metrics["full_kl"] = float(masked_mean(per_token.detach(), mask))

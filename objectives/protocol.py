@@ -35,7 +35,8 @@ class Objective(Protocol):
         uses_skills: episodes get skills from the skill bank (recorded in trajectories).
         policy_sees_skills: the skills go into the policy's own prompt (train and eval).
         needs_support: ``loss(batch, logprobs, support)`` also takes the policy's log-probs over
-            the teacher's top-k (or the whole vocabulary).
+            the teacher's top-k (or the whole vocabulary) at the response positions: [N, K], the
+            rows of ``x[batch.response_mask > 0]`` (see ``policy_logprobs``).
     """
 
     Config: ClassVar[type[BaseModel]]

@@ -48,7 +48,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from agentkit.rollout.run import check_output, default_out_path, run_rollout
 
     out = Path(cfg.out) if cfg.out else default_out_path()
-    check_output(out, append=cfg.append, overwrite=cfg.overwrite)
+    check_output(out, append=cfg.append, overwrite=cfg.overwrite, resume=cfg.resume)
     console = Console(stderr=True)
     if cfg.model:
         model_dir = Path(cfg.model)
@@ -63,12 +63,29 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         bar.update(1)
         bar.set_postfix(success=f"{stats.success_rate:.2f}", ret=f"{stats.mean_return:.2f}")
 
+    plans = []
+
+    def on_resume(plan) -> None:
+        plans.append(plan)
+        bar.reset(total=len(plan.remaining))
+        bar.set_description(f"rollout {cfg.env} (resumed, {plan.done} already done)")
+
     try:
-        stats, out = run_rollout(cfg, model_dir, progress=progress, out=out)
+        stats, out = run_rollout(cfg, model_dir, progress=progress, out=out, on_resume=on_resume)
     finally:
         bar.close()
-    _print_summary(_stdout_console(), cfg.env, stats, out)
+    console = _stdout_console()
+    if plans and not plans[0].remaining:
+        console.print(f"nothing to resume: {out} already holds all {plans[0].done} trajectories of this command"
+                      + _torn_note(plans[0]))
+        return 0
+    _print_summary(console, cfg.env, stats, out, resumed=plans[0] if plans else None)
     return 0
+
+
+def _torn_note(plan) -> str:
+    return (f" (a torn last line of {plan.torn_bytes} bytes, from the interrupted write, was moved to {plan.torn_path})"
+            if plan.torn_bytes else "")
 
 
 def _stdout_console():
@@ -80,7 +97,7 @@ def _stdout_console():
     return console
 
 
-def _print_summary(console, env_id: str, stats, out: Path) -> None:
+def _print_summary(console, env_id: str, stats, out: Path, *, resumed=None) -> None:
     from rich.table import Table
 
     table = Table(title=f"agentkit rollout: {env_id}")
@@ -90,6 +107,10 @@ def _print_summary(console, env_id: str, stats, out: Path) -> None:
                   f"{stats.invalid_rate:.1%}", f"{stats.tokens_per_s:.0f}", f"{stats.env_steps_per_s:.1f}")
     console.print(table)
     note = f" ({stats.errors} ended by errors)" if stats.errors else ""
+    if resumed is not None:
+        console.print(f"resumed {out}: {resumed.done} trajectories were already there, played and appended "
+                      f"{stats.episodes}{note}; it now holds {resumed.done + stats.episodes}" + _torn_note(resumed))
+        return
     console.print(f"wrote {stats.episodes} trajectories to {out}{note}")
 
 

@@ -42,11 +42,18 @@ class RolloutConfig(BaseModel):
     concurrency: int = Field(16, gt=0, description="Requests in flight with --backend openai.")
     append: bool = Field(False, description="Append to an existing output file.")
     overwrite: bool = Field(False, description="Replace an existing output file (the old one stays until the new one is complete).")
+    resume: bool = Field(False, description="Complete an interrupted rollout: --out is the file it was writing; episodes already there are "
+                         "kept (a torn last line goes to FILE.torn), the rest are played and appended. The other flags must "
+                         "match the interrupted command (checked against the file).")
 
     @model_validator(mode="after")
     def _check(self) -> RolloutConfig:
         if self.append and self.overwrite:
             raise ValueError("--append and --overwrite exclude each other; pick one.")
+        if self.resume and self.overwrite:
+            raise ValueError("--resume completes the episodes missing from --out, --overwrite replaces the file; pick one.")
+        if self.resume and not self.out:
+            raise ValueError("--resume needs --out FILE: the output file of the interrupted rollout.")
         if self.ray is not None and self.env_workers == 0:
             raise ValueError("--ray runs the environments in Ray actors, but --env-workers 0 means in this process; "
                              "pass --env-workers N (N actors) or drop --ray.")

@@ -1,11 +1,26 @@
-"""``agentkit rollout`` as a library call: validate, build, collect, write, summarize."""
+"""``agentkit rollout`` as a library call: validate, build, collect, write, summarize.
+
+``--resume`` completes an interrupted rollout in place. Each episode samples with seeds derived
+from (sampling seed, task seed, sample, turn), so playing only the missing episodes gives the file
+an uninterrupted run would have written (timings aside). That holds only for the same command,
+so the file is checked against it first, reading only: every setting a trajectory records (env,
+split, context mode, sampling settings with the seed, model, turns within --max-turns, skills
+shown to the policy) must match, and every episode in the file must be one the command plays
+(a task seed in seed..seed+episodes-1, a sample below group_size) and appear once. Any
+difference is an error that names it and leaves the file untouched. Settings a trajectory does
+not record (--env-kwargs, --window, --show-admissible, the skill bank's contents) cannot be
+checked; they are the caller's to repeat.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from agentkit.envs import ActionParser, make
 from agentkit.envs.registry import lookup, parses_own_actions
@@ -15,18 +30,22 @@ from agentkit.rollout.config import RolloutConfig
 from agentkit.rollout.workers import make_env_runner
 
 from agentkit.core.errors import AgentkitError, ConfigError, ModelError, OutputExistsError
-from agentkit.core.jsonl import TrajectoryWriter
+from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
 
 
 def default_out_path() -> Path:
     return Path("runs") / f"rollout-{datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
 
 
-def check_output(path: Path, *, append: bool, overwrite: bool) -> None:
-    """Refuse before any work is done: existing file without --append/--overwrite, unwritable place."""
+def check_output(path: Path, *, append: bool, overwrite: bool, resume: bool = False) -> None:
+    """Refuse before any work is done: existing file without --append/--overwrite/--resume, a
+    missing one with --resume, an unwritable place."""
     if path.is_dir():
         raise ConfigError(f"--out {path} is a directory; give a file name, e.g. {path / 'trajectories.jsonl'}.")
-    if path.exists() and path.stat().st_size > 0 and not (append or overwrite):
+    if resume and not path.exists():
+        raise ConfigError(f"--resume: {path} does not exist, so there is no interrupted rollout to complete. "
+                          "Check --out, or drop --resume to start a new rollout there.")
+    if path.exists() and path.stat().st_size > 0 and not (append or overwrite or resume):
         raise OutputExistsError(f"Output file {path} already exists. Pass --append to add to it or --overwrite to replace it.")
     parent = path.parent if str(path.parent) else Path(".")
     existing = parent
@@ -44,10 +63,121 @@ def env_factory(env_id: str, *, split: str, max_turns: int, env_kwargs: dict) ->
     return functools.partial(make, env_id, max_turns=max_turns, action_parser=parser, split=split, **env_kwargs)
 
 
-def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path | None = None) -> tuple[RolloutStats, Path]:
-    """Play ``cfg.episodes`` tasks ``cfg.group_size`` times each and write the trajectories."""
+@dataclass(frozen=True)
+class ResumePlan:
+    """What ``--resume`` found in the output file and what is left to play.
+
+    Attributes:
+        path: the output file.
+        done: trajectories already in the file (its complete lines, each checked against the command).
+        remaining: the command's episodes not in the file, in the order an uninterrupted run plays them.
+        torn_bytes: size of the torn last line (an interrupted write) that is moved to
+            ``FILE.torn`` before appending; 0 when the file ends cleanly.
+        models: each model name recorded in the file, with the first line that has it (checked
+            against the backend once it is built).
+    """
+
+    path: Path
+    done: int
+    remaining: tuple[EpisodeSpec, ...]
+    torn_bytes: int
+    models: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def torn_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".torn")
+
+
+_FLAGS = {"env": "--env", "split": "--split", "context_mode": "--context", "model": "--model",
+          "sampling.temperature": "--temperature", "sampling.top_p": "--top-p", "sampling.top_k": "--top-k",
+          "sampling.max_new_tokens": "--max-new-tokens", "sampling.seed": "--seed"}
+
+
+def _mismatch(out: Path, line: int, name: str, recorded: Any, current: Any) -> ConfigError:
+    flag = _FLAGS.get(name)
+    return ConfigError(
+        f"--resume: {out} was not written by this command: {name}{f' ({flag})' if flag else ''} is {recorded!r} in "
+        f"the file (line {line}) but {current!r} in this command. Rerun with the settings of the interrupted "
+        "rollout, or write to a new file (--out). The file was not changed.")
+
+
+def sampling_params(cfg: RolloutConfig) -> SamplingParams:
+    return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                          max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+
+
+def episode_specs(cfg: RolloutConfig) -> list[EpisodeSpec]:
+    """Every episode of the command, in the order an uninterrupted run starts them."""
+    return [EpisodeSpec(seed=cfg.seed + task, sample=s) for task in range(cfg.episodes) for s in range(cfg.group_size)]
+
+
+def plan_resume(cfg: RolloutConfig, out: Path) -> ResumePlan:
+    """Check the trajectories already in ``out`` against this command and list the episodes still
+    to play. Reads only; any difference raises ``ConfigError`` naming it (see the module docstring)."""
+    existing, torn = read_complete_lines(out)
+    specs, sampling = episode_specs(cfg), sampling_params(cfg)
+    wanted = {(spec.seed, spec.sample) for spec in specs}
+    current = {"env": cfg.env, "split": cfg.split, "context_mode": cfg.context,
+               **{f"sampling.{key}": value for key, value in sampling.to_dict().items()}}
+    seen: dict[tuple[int, int], int] = {}
+    models: dict[str, int] = {}
+    for line, trajectory in enumerate(existing, start=1):
+        recorded = {"env": trajectory.env, "split": trajectory.split, "context_mode": trajectory.context_mode,
+                    **{f"sampling.{key}": value for key, value in trajectory.sampling.items()}}
+        for name in [*current, *(name for name in recorded if name not in current)]:
+            if recorded.get(name, "(not recorded)") != current.get(name, "(no such setting)"):
+                raise _mismatch(out, line, name, recorded.get(name, "(not recorded)"),
+                                current.get(name, "(no such setting)"))
+        if len(trajectory.turns) > cfg.max_turns:
+            raise ConfigError(f"--resume: {out} line {line} has {len(trajectory.turns)} turns, more than this "
+                              f"command's --max-turns {cfg.max_turns}. Pass the --max-turns of the interrupted "
+                              "rollout, or write to a new file (--out). The file was not changed.")
+        if trajectory.skills_in_prompt and not cfg.skills:
+            raise ConfigError(f"--resume: {out} line {line} was played with skills in the policy's prompt, but this "
+                              "command has no --skills. Pass the --skills (and --retrieval, --skills-k) of the "
+                              "interrupted rollout. The file was not changed.")
+        key = (trajectory.seed, trajectory.sample)
+        if key not in wanted:
+            raise ConfigError(
+                f"--resume: {out} line {line} is task seed {trajectory.seed}, sample {trajectory.sample}, which this "
+                f"command does not play (it plays task seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}, samples "
+                f"0..{cfg.group_size - 1}). Pass the --seed, --episodes and --group-size of the interrupted rollout "
+                "(more episodes are fine), or use --append to add other episodes to this file. The file was not changed.")
+        if key in seen:
+            raise ConfigError(
+                f"--resume: {out} holds task seed {trajectory.seed}, sample {trajectory.sample} twice (lines "
+                f"{seen[key]} and {line}), so it was not written by one rollout and resuming cannot make it free of "
+                "duplicates. Remove the extra line or write to a new file (--out). The file was not changed.")
+        seen[key] = line
+        models.setdefault(trajectory.model, line)
+    remaining = tuple(spec for spec in specs if (spec.seed, spec.sample) not in seen)
+    return ResumePlan(path=out, done=len(existing), remaining=remaining, torn_bytes=len(torn),
+                      models=tuple(models.items()))
+
+
+def check_resumed_model(plan: ResumePlan, backend_name: str) -> None:
+    """The file's episodes must come from this model: the same name, or paths to the same folder."""
+    for recorded, line in plan.models:
+        if recorded == backend_name:
+            continue
+        try:
+            if os.path.samefile(recorded, backend_name):
+                continue
+        except OSError:  # not paths, or no longer there
+            pass
+        raise _mismatch(plan.path, line, "model", recorded, backend_name)
+
+
+def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path | None = None,
+                on_resume: Callable[[ResumePlan], None] | None = None) -> tuple[RolloutStats, Path]:
+    """Play ``cfg.episodes`` tasks ``cfg.group_size`` times each and write the trajectories.
+
+    With ``cfg.resume``, play only the episodes missing from ``out`` and append them;
+    ``on_resume`` gets the ``ResumePlan`` once the file has been checked, before anything is played
+    (when nothing remains, the model is not loaded and nothing is played).
+    """
     out = Path(out or cfg.out or default_out_path())
-    check_output(out, append=cfg.append, overwrite=cfg.overwrite)
+    check_output(out, append=cfg.append, overwrite=cfg.overwrite, resume=cfg.resume)
     lookup(cfg.env)  # unknown id -> did-you-mean, before anything is loaded
     if not (model_dir / "config.json").exists():
         raise ModelError(f"--model {model_dir}: no model there (no config.json). Build one with: agentkit model init --out {model_dir}")
@@ -56,13 +186,24 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
 
         connect(cfg.ray)  # a bad address fails here, before a model is loaded
 
+    sampling, specs = sampling_params(cfg), episode_specs(cfg)
+    plan = plan_resume(cfg, out) if cfg.resume else None
+    if plan is not None:
+        if on_resume is not None:
+            on_resume(plan)
+        if not plan.remaining:
+            if plan.torn_bytes:
+                TrajectoryWriter(out, mode="append").close()  # sets the torn line aside; the file ends cleanly
+            return RolloutStats(), out
+        specs = list(plan.remaining)
+
     from agentkit.rollout.backends import make_backend
 
     backend = make_backend(cfg.backend, model_dir, seed=cfg.seed, device=cfg.device, base_url=cfg.base_url,
                            served_model=cfg.served_model, api=cfg.api, vllm_args=cfg.vllm_args,
                            concurrency=cfg.concurrency)
-    sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                              max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+    if plan is not None:
+        check_resumed_model(plan, backend.name)
     make_env = env_factory(cfg.env, split=cfg.split, max_turns=cfg.max_turns, env_kwargs=cfg.env_kwargs)
     make_env().close()  # bad env settings fail here, before the output file is touched
     envs = make_env_runner(make_env, cfg.env_workers, ray=cfg.ray, step_timeout_s=cfg.step_timeout)
@@ -75,8 +216,7 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
     collector = Collector(backend, envs, env_id=cfg.env, split=cfg.split, sampling=sampling,
                           context=cfg.context, window=cfg.window, show_admissible=cfg.show_admissible,
                           max_in_flight=cfg.max_in_flight, skills=selector)
-    specs = [EpisodeSpec(seed=cfg.seed + task, sample=s) for task in range(cfg.episodes) for s in range(cfg.group_size)]
-    mode = "append" if cfg.append else "overwrite" if cfg.overwrite else "new"
+    mode = "append" if cfg.append or cfg.resume else "overwrite" if cfg.overwrite else "new"
     try:
         writer = TrajectoryWriter(out, mode=mode)
     except AgentkitError:

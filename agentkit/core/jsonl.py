@@ -153,3 +153,29 @@ def iter_trajectories(path: str | os.PathLike, *, strict: bool = False) -> Itera
 
 def read_trajectories(path: str | os.PathLike, *, strict: bool = False) -> list[Trajectory]:
     return list(iter_trajectories(path, strict=strict))
+
+
+def read_complete_lines(path: str | os.PathLike) -> tuple[list[Trajectory], bytes]:
+    """The trajectories on ``path``'s newline-terminated lines, and the bytes after its last newline.
+
+    This is the file as ``TrajectoryWriter(path, mode="append")`` will leave it: the trailing
+    bytes (empty when the file ends cleanly) are what it moves to ``FILE.torn``, even when they
+    happen to parse (a record whose newline never reached the disk). Reads only; every complete
+    line must validate, and any that does not raises, naming the file and line.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise TrajectoryFormatError(f"Trajectory file {path} does not exist.")
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1  # 0 when there is no newline at all: everything is the tail
+    trajectories = []
+    for lineno, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        where = f"{path}:{lineno}"
+        if not raw.strip():
+            raise TrajectoryFormatError(f"{where}: empty line.")
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise TrajectoryFormatError(f"{where}: not valid JSON ({err}).") from err
+        trajectories.append(Trajectory.from_dict(record, where=where))
+    return trajectories, data[end:]

@@ -1,12 +1,20 @@
 """Checkpoints: a Hugging Face model folder plus optimizer, RNG and loop state, written atomically.
 
-``checkpoints/step-N/`` is written under a temporary name and renamed into place, so a folder with
-that name is always complete; ``COMPLETE`` inside it names what was written. Everything is
-safetensors or JSON: nothing is ever unpickled from a run folder.
+``checkpoints/step-N/`` is written under a temporary name (``.step-N-XXXX``), its files synced,
+then ``COMPLETE`` is written (every file's name and size) and the folder renamed into place. So a
+process killed at any moment leaves either no ``step-N`` or a whole one; the temporary folder it
+leaves is ignored, and removed by the next save. Old checkpoints are renamed away before they are
+deleted, so a half-deleted one is never visible either.
+
+Resume takes the newest ``step-N`` with a marker and checks it against the marker first: a file
+missing or of the wrong size (damage from outside: agentkit never leaves a checkpoint so) is
+refused with an error that names the file, rather than silently falling back to an older
+checkpoint. Everything is safetensors or JSON: nothing is ever unpickled from a run folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -15,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from agentkit.core.errors import ConfigError
+from agentkit.core.faults import fault_point
 
 MARKER = "COMPLETE"
 REQUIRED = ("config.json", "model.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json", MARKER)
@@ -35,39 +45,61 @@ def _optimizer_tensors(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], 
     return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
 
 
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(folder: Path) -> None:
+    """Rename ``folder`` out of sight, then delete it: a kill mid-delete never leaves a ``step-N``
+    with some files gone."""
+    trash = folder.with_name(f".trash-{folder.name}-{os.getpid()}")
+    os.rename(folder, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer: torch.optim.Optimizer,
                     state: dict[str, Any], keep: int = 2, optimizer_state: dict[str, Any] | None = None) -> Path:
     """``optimizer_state``: the optimizer's whole state dict, where ``optimizer`` holds only a shard
     of it (FSDP; ``agentkit.distributed``)."""
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
+    for stale in [*root.glob(".step-*"), *root.glob(".trash-*")]:  # left by a process killed mid-write
+        shutil.rmtree(stale, ignore_errors=True)
     final = root / f"step-{step}"
     tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}-", dir=root))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        fault_point("checkpoint.write", step)  # tests: killed with some files written, not all
         tensors, meta = _optimizer_tensors(optimizer_state if optimizer_state is not None else optimizer.state_dict())
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         (tmp / "optimizer.json").write_text(json.dumps(meta))
         save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
         (tmp / "state.json").write_text(json.dumps(state, indent=1))
-        (tmp / MARKER).write_text(json.dumps(sorted(p.name for p in tmp.iterdir())))
         for path in tmp.iterdir():
-            with path.open("rb") as f:
-                os.fsync(f.fileno())
+            _fsync(path)
+        # the marker last, once everything it lists is on disk
+        (tmp / MARKER).write_text(json.dumps({p.name: p.stat().st_size for p in sorted(tmp.iterdir())}, indent=1))
+        _fsync(tmp / MARKER)
         if final.exists():
-            shutil.rmtree(final)
+            _remove(final)
         os.rename(tmp, final)
+        _fsync(root)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     for old in sorted(checkpoints(run_dir))[:-keep]:
-        shutil.rmtree(root / f"step-{old}", ignore_errors=True)
+        _remove(root / f"step-{old}")
     return final
 
 
 def checkpoints(run_dir: Path) -> list[int]:
-    """Steps of the complete checkpoints in ``run_dir`` (temporary, half-written folders ignored)."""
+    """Steps of the checkpoints in ``run_dir`` that were completely written (temporary folders of
+    an interrupted write ignored). ``check_complete`` verifies one against its marker."""
     root = run_dir / "checkpoints"
     if not root.is_dir():
         return []
@@ -79,22 +111,59 @@ def checkpoints(run_dir: Path) -> list[int]:
 
 
 def check_complete(path: Path) -> None:
-    missing = [name for name in REQUIRED if not (path / name).exists()]
-    if missing:
-        raise ConfigError(f"Checkpoint {path} is incomplete: missing {missing}. Delete it to resume from an earlier one.")
+    """Raise ``ConfigError`` naming what is missing if ``path`` is not a whole checkpoint: every
+    file its marker lists, at the size written (older markers list names only), and every file a
+    resume reads."""
+    if not (path / MARKER).exists():
+        raise ConfigError(f"Checkpoint {path} has no {MARKER} marker: it was never completely written. "
+                          "Delete it to resume from an earlier one.")
+    try:
+        written = json.loads((path / MARKER).read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"Checkpoint {path}: its {MARKER} marker is unreadable ({err}). "
+                          "Delete the folder to resume from an earlier checkpoint.") from err
+    sizes: dict[str, int | None] = dict.fromkeys(written) if isinstance(written, list) else dict(written)
+    missing = sorted({name for name in [*sizes, *REQUIRED] if not (path / name).exists()})
+    resized = sorted(name for name, size in sizes.items()
+                     if size is not None and name not in missing and (path / name).stat().st_size != size)
+    if missing or resized:
+        problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
+            [f"{', '.join(resized)} changed size since it was written"] if resized else [])
+        earlier = [step for step in checkpoints(path.parent.parent) if path.name != f"step-{step}"]
+        fallback = f"delete {path} to resume from step {earlier[-1]}" if earlier else f"delete {path} and start again"
+        raise ConfigError(f"Checkpoint {path} is damaged: {'; '.join(problems)}. agentkit writes checkpoints "
+                          f"atomically, so something outside it removed or changed these files. Restore them, or "
+                          f"{fallback}.")
 
 
 def load_training_state(path: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Restore the optimizer and RNG from ``path``; return the loop state."""
     check_complete(path)
-    tensors = load_file(str(path / "optimizer.safetensors"))
-    meta = json.loads((path / "optimizer.json").read_text())
-    state: dict[int, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        index, _, name = key.partition(".")
-        state.setdefault(int(index), {})[name] = value
-    for index, values in meta["scalars"].items():
-        state.setdefault(int(index), {}).update(values)
-    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    torch.set_rng_state(load_file(str(path / "rng.safetensors"))["torch"])
-    return json.loads((path / "state.json").read_text())
+    with _reading(path, "optimizer.safetensors and optimizer.json"):
+        tensors = load_file(str(path / "optimizer.safetensors"))
+        meta = json.loads((path / "optimizer.json").read_text(encoding="utf-8"))
+        state: dict[int, dict[str, Any]] = {}
+        for key, value in tensors.items():
+            index, _, name = key.partition(".")
+            state.setdefault(int(index), {})[name] = value
+        for index, values in meta["scalars"].items():
+            state.setdefault(int(index), {}).update(values)
+        optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    with _reading(path, "rng.safetensors"):
+        torch.set_rng_state(load_file(str(path / "rng.safetensors"))["torch"])
+    with _reading(path, "state.json"):
+        loop_state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        if not isinstance(loop_state, dict) or type(loop_state.get("step")) is not int:
+            raise ValueError(f"expected an object with an integer 'step', got {str(loop_state)[:80]}")
+    return loop_state
+
+
+@contextlib.contextmanager
+def _reading(path: Path, what: str):
+    """Turn any failure to read or apply ``what`` into a ConfigError naming the checkpoint and file."""
+    try:
+        yield
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError, SafetensorError) as err:
+        raise ConfigError(f"Checkpoint {path}: cannot restore from {what} ({type(err).__name__}: {err}). The file is "
+                          "corrupt or from another model or optimizer; delete this checkpoint to resume from an "
+                          "earlier one.") from err

@@ -19,6 +19,14 @@ update up to float rounding (about 1e-6 in the weights after two steps; not bit 
 Evaluation, metrics files, checkpoints (whole weights: one process can resume them, and any
 launcher can resume a one-process run) and plots come from the main process.
 ``agentkit.distributed`` holds the details; one process uses none of it.
+
+Failures. A process killed at any moment (``kill -9``, a lost machine) resumes with ``--resume``
+from the last complete checkpoint (``agentkit.checkpoint`` writes them atomically); the metrics,
+eval and trajectory files of the steps after it are dropped and played again. An update whose loss
+or gradient is NaN/inf is skipped and counted (``skipped_updates``); ``train.max_bad_updates`` in a
+row stop the run, after that step's metrics line. An environment that raises, dies or hangs ends
+its episode with the error recorded; ``env.max_consecutive_errors`` such episodes in a row stop the
+run. ``agentkit.core.faults`` names the moments the crash tests kill the loop at.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import time
 from dataclasses import replace
@@ -34,8 +43,9 @@ from typing import Any
 
 import torch
 
-from agentkit.checkpoint import checkpoints, load_training_state, save_checkpoint
-from agentkit.core.errors import ConfigError
+from agentkit.checkpoint import check_complete, checkpoints, load_training_state, save_checkpoint
+from agentkit.core.errors import ConfigError, TrainingDivergedError
+from agentkit.core.faults import fault_active, fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
 from agentkit.objectives import make_objective, policy_logprobs
 from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
@@ -52,11 +62,33 @@ def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
 
 
 def _truncate_jsonl(path: Path, last_step: int) -> None:
-    """On resume, drop lines a crashed run wrote after its last checkpoint."""
+    """On resume, drop lines a crashed run wrote after its last checkpoint (and a last line torn by
+    the crash); the file is replaced atomically, so a second crash here loses nothing."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
-    path.write_text("".join(line + "\n" for line in kept))
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError) as err:
+            if number == len(lines):
+                break  # torn by the crash
+            raise ConfigError(f"--resume: {path} line {number} is not a record with a step ({err}); "
+                              "fix or delete that line.") from err
+        if step <= last_step:
+            kept.append(line)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, path)
+
+
+def _drop_lost_steps(run_dir: Path, last_step: int) -> None:
+    """On resume, remove the trajectory files of the steps after the checkpoint: they are played again."""
+    for path in (run_dir / "trajectories").glob("step-*.jsonl*"):
+        number = path.name.removeprefix("step-").split(".")[0]
+        if number.isdigit() and int(number) > last_step:
+            path.unlink()
 
 
 def _summary(stats: RolloutStats) -> dict[str, float]:
@@ -75,7 +107,8 @@ def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> Rol
     collector = Collector(backend, envs, env_id=cfg.env.id, split=cfg.env.eval_split,
                           sampling=SamplingParams(temperature=0.0, max_new_tokens=cfg.rollout.max_new_tokens),
                           context=cfg.rollout.context, window=cfg.rollout.window,
-                          show_admissible=cfg.rollout.show_admissible, skills=skills)
+                          show_admissible=cfg.rollout.show_admissible, skills=skills,
+                          max_consecutive_errors=cfg.env.max_consecutive_errors)
     return collector.run([EpisodeSpec(seed) for seed in range(episodes)], lambda t: None)
 
 
@@ -105,9 +138,11 @@ def prepare_run(cfg: TrainConfig, resume: bool) -> tuple[TrainConfig, Path, int 
         steps = checkpoints(run_dir)
         if not steps:
             raise ConfigError(f"--resume: {run_dir} has no complete checkpoint yet; start it again without --resume.")
+        check_complete(run_dir / "checkpoints" / f"step-{steps[-1]}")  # damaged: refused, never loaded
         original = load_config(saved)
         # only the length of the run may change on resume
         cfg = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
+        _drop_lost_steps(run_dir, steps[-1])
         return cfg, run_dir, steps[-1]
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, or choose another --out.")
@@ -157,6 +192,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
                                   weight_decay=cfg.train.weight_decay)
     first_step = 0
+    # in a row, across steps: non-finite updates (train.max_bad_updates), env errors (env.max_consecutive_errors)
+    bad_update_streak = saved_state.get("bad_update_streak", 0)  # absent in checkpoints of older versions
+    env_error_streak = saved_state.get("env_error_streak", 0)
     if resume_step is not None:  # after every model is loaded: restores the RNG the run had
         first_step = load_training_state(start, optimizer)["step"]
         for name in ("metrics.jsonl", "eval.jsonl"):
@@ -200,17 +238,21 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
                                       sampling=replace(base_sampling, seed=cfg.seed * 1_000_003 + step),
                                       context=cfg.rollout.context, window=cfg.rollout.window,
                                       show_admissible=cfg.rollout.show_admissible,
-                                      skills=skill_selector(cfg.seed * 1_000_003 + step, sees=policy_sees_skills))
+                                      skills=skill_selector(cfg.seed * 1_000_003 + step, sees=policy_sees_skills),
+                                      max_consecutive_errors=cfg.env.max_consecutive_errors,
+                                      consecutive_errors=env_error_streak)
                 path = run_dir / "trajectories" / f"step-{step + 1}.jsonl"
                 with TrajectoryWriter(path, mode="overwrite") if ranks.is_main else contextlib.nullcontext() as writer:
                     played = []
 
-                    def keep(t, writer=writer, played=played):
+                    def keep(t, writer=writer, played=played, step=step):
                         if writer is not None:
                             writer.write(t)
                         played.append(t)
+                        fault_point("rollout", step + 1)  # tests: killed with part of the step written
 
                     rollout = collector.run(specs, keep)
+                    env_error_streak = collector.consecutive_errors
                     trajectories, rollout = ranks.gather(played, rollout)  # every rank's episodes
                     mine = {t.id for t in played}
                     for t in trajectories:
@@ -232,6 +274,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
                 backend.sleep(level=1)  # give the accelerator's memory to the update
             policy.train()
             losses, objective_metrics, grad_norms, skipped = [], {}, [], 0
+            # tests: a NaN loss, or a finite loss with an overflowed gradient, as a diverging run gets
+            nan_fault, inf_grad_fault = fault_active("loss.nan", step + 1), fault_active("grad.inf", step + 1)
             episodes = torch.unique(batch.episode_index).tolist()
             for _ in range(cfg.train.epochs):
                 order = episodes[:]
@@ -249,18 +293,25 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
                             loss, metrics = objective.loss(micro, logprobs, support)
                         else:
                             loss, metrics = objective.loss(micro, policy_logprobs(model, micro))
+                        if nan_fault:
+                            loss = loss * float("nan")
                         ranks.backward(loss)
                         total += float(loss.detach())
                         share = micro.num_response_tokens / max(1, minibatch.num_response_tokens)
                         for key, value in metrics.items():
                             objective_metrics[key] = objective_metrics.get(key, 0.0) + share * value
+                    if inf_grad_fault:
+                        next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = float("inf")
                     total = ranks.sum(total)
                     clip = cfg.train.grad_clip if cfg.train.grad_clip > 0 else float("inf")
                     norm = ranks.clip_grad_norm_(model, clip)
                     if not (math.isfinite(norm) and math.isfinite(total)):
                         skipped += 1  # a NaN/inf loss or gradient never reaches the weights
+                        bad_update_streak += 1
                         optimizer.zero_grad(set_to_none=True)
                         continue
+                    bad_update_streak = 0
+                    fault_point("update", step + 1)  # tests: killed between a backward and its optimizer step
                     optimizer.step()
                     losses.append(total)
                     grad_norms.append(norm)
@@ -292,9 +343,19 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
             record["step_s"] = time.perf_counter() - started
             if ranks.is_main:
                 _append_jsonl(run_dir / "metrics.jsonl", record)
+            if cfg.train.max_bad_updates and bad_update_streak >= cfg.train.max_bad_updates:
+                data_file = cfg.train.demos if demos is not None else run_dir / "trajectories" / f"step-{step + 1}.jsonl"
+                raise TrainingDivergedError(
+                    f"{bad_update_streak} updates in a row had a NaN or inf loss or gradient (the last at step "
+                    f"{step + 1}; train.max_bad_updates={cfg.train.max_bad_updates}), so the run stops. Each was "
+                    f"skipped (skipped_updates in {run_dir / 'metrics.jsonl'}) and the weights are those of the "
+                    f"last finite update. Start again with a lower train.lr (now {cfg.train.lr:g}) or a tighter "
+                    f"train.grad_clip (now {cfg.train.grad_clip:g}); check {data_file} and the objective's "
+                    f"settings for inf/NaN rewards; or set train.max_bad_updates=0 to never stop.")
             # 7. checkpoint
             if last or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
-                state = {"step": step + 1, "skillbank": bank.to_dict() if bank is not None else None}
+                state = {"step": step + 1, "skillbank": bank.to_dict() if bank is not None else None,
+                         "bad_update_streak": bad_update_streak, "env_error_streak": env_error_streak}
                 whole_optimizer = ranks.optimizer_state(model, optimizer)  # FSDP: gathered from every rank
                 if ranks.is_main:
                     save_checkpoint(run_dir, step + 1, sampler, tokenizer, optimizer, state, keep=cfg.checkpoint.keep,

@@ -26,6 +26,7 @@ class EnvSection(_Section):
     max_turns: int = Field(8, gt=0, description="Turns per episode before truncation.")
     workers: int = Field(0, ge=0, description="Environment worker processes, or Ray actors with env.ray (0 = in the training process).")
     ray: str | None = Field(None, description="Run the environment workers as Ray actors on this cluster: auto, host:port, ray://host:port or local.")
+    max_consecutive_errors: int = Field(10, ge=0, description="Stop the run once this many episodes in a row end in an environment error (it raised, its worker died or hung); each such episode is recorded with its error and the worker restarted. 0 = never stop.")
 
 
 class RolloutSection(_Section):
@@ -71,6 +72,7 @@ class TrainSection(_Section):
     micro_batch_tokens: int = Field(16384, gt=0, description="Padded tokens per forward/backward micro-batch.")
     demos: str | None = Field(None, description="Demonstrations JSONL (agentkit demos) for objectives that train on them.")
     demos_per_step: int = Field(16, gt=0, description="Demonstration episodes per step.")
+    max_bad_updates: int = Field(3, ge=0, description="Stop the run after this many optimizer updates in a row had a NaN/inf loss or gradient (each is skipped, and counted as skipped_updates in metrics.jsonl). 0 = never stop.")
 
 
 class EvalSection(_Section):

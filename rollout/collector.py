@@ -11,7 +11,8 @@ its index in the group and the turn), so a rollout reproduces exactly however it
 happened to be batched. Each finished episode goes to ``on_trajectory`` (the writer) at once, so
 a crash loses only the episodes in flight. An environment that raises, dies or hangs ends its
 episode (truncated, the error recorded) without stopping the run; so does a context that would
-overflow the model.
+overflow the model. But an environment that fails ``max_consecutive_errors`` episodes in a row is
+broken, not unlucky: the run stops with an ``EnvError`` rather than write nothing but errors.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from agentkit.rollout.backend import GenerationBackend, SamplingParams
 from agentkit.rollout.context import DEFAULT_SYSTEM_PROMPT, ChatContext, WindowContext, format_observation
 from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 
+from agentkit.core.errors import ConfigError, EnvError
 from agentkit.core.trajectory import ContextMode, Trajectory, Turn
 
 
@@ -145,6 +147,12 @@ class Collector:
         max_in_flight: episodes played at once (environment slots); 0 = all.
         batch_wait_s: how long to wait for more environments once some episodes are ready to
             generate; None = half the duration of the last generate call.
+        max_consecutive_errors: stop (``EnvError``) once this many episodes in a row have ended in
+            an environment error (reset or step raised, its worker died or hung); an episode that
+            ends without one resets the count, and a full context is not an environment error.
+            Episodes that ended are passed to ``on_trajectory`` first. 0 = never stop.
+        consecutive_errors: the count to start from (a training loop that builds one collector
+            per step carries ``collector.consecutive_errors`` over to the next).
     """
 
     def __init__(
@@ -162,9 +170,13 @@ class Collector:
         skills: Callable[[EpisodeSpec, str, dict[str, Any]], tuple[list[str], str | None]] | None = None,
         max_in_flight: int = 0,
         batch_wait_s: float | None = None,
+        max_consecutive_errors: int = 10,
+        consecutive_errors: int = 0,
     ) -> None:
         if context not in ("chat", "window"):
             raise ValueError(f"context must be 'chat' or 'window', got {context!r}")
+        if max_consecutive_errors < 0:
+            raise ConfigError(f"max_consecutive_errors must be >= 0 (0 = no limit), got {max_consecutive_errors}.")
         self.backend = backend
         self.envs: EnvRunner = envs if hasattr(envs, "submit") else InProcessEnvs(envs)
         self.env_id = env_id
@@ -175,6 +187,8 @@ class Collector:
         self.skills = skills
         self.max_in_flight = max_in_flight
         self.batch_wait_s = batch_wait_s
+        self.max_consecutive_errors = max_consecutive_errors
+        self.consecutive_errors = consecutive_errors
         tokenizer = backend.tokenizer
         self.chat = ChatContext(tokenizer, system_prompt) if context == "chat" else None
         self.window = WindowContext(tokenizer, system_prompt, window) if context == "window" else None
@@ -209,6 +223,24 @@ class Collector:
             error=error, skills=list(ep.skills), skills_in_prompt=ep.skill_text is not None, created_at=time.time(),
         )
 
+    def _count_env_error(self, error: str | None) -> None:
+        """Track environment errors in a row; raise once there are ``max_consecutive_errors``."""
+        if error is None:
+            self.consecutive_errors = 0
+            return
+        self.consecutive_errors += 1
+        limit = self.max_consecutive_errors
+        if limit and self.consecutive_errors >= limit:
+            raise EnvError(
+                f"Environment {self.env_id!r} failed {self.consecutive_errors} episodes in a row "
+                f"(the limit is {limit}), so the run stops instead of recording only errors. The last error:\n"
+                f"  {error.strip().replace(chr(10), chr(10) + '  ')}\n"
+                f"Episodes that ended were written, with their errors. Check the environment on its own "
+                f"(agentkit envs check {self.env_id}), its settings and what it needs (a JVM, data files); "
+                f"if it fails only in bursts, raise the limit (agentkit train: --set env.max_consecutive_errors=N; "
+                f"0 = no limit)."
+            )
+
     # -- the loop ----------------------------------------------------------------------------
     def run(
         self,
@@ -217,7 +249,11 @@ class Collector:
         *,
         progress: Callable[[Trajectory, RolloutStats], None] | None = None,
     ) -> RolloutStats:
-        """Play every episode; call ``on_trajectory`` for each as soon as it ends."""
+        """Play every episode; call ``on_trajectory`` for each as soon as it ends.
+
+        Raises ``EnvError`` after ``max_consecutive_errors`` environment errors in a row; the
+        episodes still in flight are abandoned, so close the runner (``close()``) then.
+        """
         stats = RolloutStats()
         pending = deque(specs)
         limit = self.max_in_flight or len(pending)
@@ -229,13 +265,16 @@ class Collector:
         last_generate_s = 0.0
         start = time.perf_counter()
 
-        def finish(ep: _Episode, *, terminated: bool, truncated: bool, error: str | None) -> None:
+        def finish(ep: _Episode, *, terminated: bool, truncated: bool, error: str | None,
+                   env_error: bool = True) -> None:
+            """``env_error``: whether ``error`` (if any) came from the environment."""
             free_slots.append(ep.slot)
             trajectory = self._trajectory(ep, terminated=terminated, truncated=truncated, error=error)
             stats.add(trajectory)
             on_trajectory(trajectory)
             if progress is not None:
                 progress(trajectory, stats)
+            self._count_env_error(error if env_error else None)
 
         def handle(result: EnvResult) -> None:
             ep = waiting.pop(result.slot)
@@ -291,7 +330,7 @@ class Collector:
                 # an episode whose next answer cannot fit in the model's context ends here
                 for ep in [e for e in ready if len(self._prompt(e)) + params.max_new_tokens > self.backend.max_context]:
                     ready.remove(ep)
-                    finish(ep, terminated=False, truncated=True, error="context full")
+                    finish(ep, terminated=False, truncated=True, error="context full", env_error=False)
                 if not ready:
                     continue
                 batch, ready = ready, []

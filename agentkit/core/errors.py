@@ -49,6 +49,10 @@ class OutputExistsError(AgentkitError, FileExistsError):
     """An output file exists and neither --append nor --overwrite was given."""
 
 
+class TrainingDivergedError(AgentkitError, ArithmeticError):
+    """Training produced NaN/inf losses or gradients in too many updates in a row."""
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """Return ``" Did you mean 'x'?"`` for the closest candidates, or an empty string."""
     matches = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)

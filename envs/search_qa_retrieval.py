@@ -430,6 +430,10 @@ class HttpRetriever:
             parts, host = None, None
         if parts is None or parts.scheme not in ("http", "https") or not host:
             raise ConfigError(f"retriever_url must be an http:// or https:// URL with a host, got {url!r}.")
+        if parts.username is not None or parts.password is not None:
+            # the URL is recorded in run configs: credentials in it would be written to disk
+            raise ConfigError(f"retriever_url {parts.scheme}://{host}{parts.path} (user info not shown) must not carry "
+                              "user:password@; the retrieval API has no authentication: serve it on a trusted network.")
         path = parts.path.rstrip("/")
         if not path.endswith("/retrieve"):
             path += "/retrieve"

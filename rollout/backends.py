@@ -14,7 +14,8 @@ BACKENDS = ("hf", "vllm", "openai")
 
 def make_backend(name: str, model_dir: Path, *, seed: int = 0, device: str = "cpu", base_url: str | None = None,
                  served_model: str | None = None, api: str = "completions", api_key_env: str = "OPENAI_API_KEY",
-                 vllm_args: dict[str, Any] | None = None, concurrency: int = 16):
+                 vllm_args: dict[str, Any] | None = None, concurrency: int = 16, request_timeout: float = 120.0,
+                 max_retries: int = 4, max_response_bytes: int | None = None):
     """The backend ``name`` over the model folder ``model_dir`` (for ``openai``: the folder holding
     the served model's tokenizer)."""
     if name == "hf":
@@ -30,8 +31,9 @@ def make_backend(name: str, model_dir: Path, *, seed: int = 0, device: str = "cp
             raise ConfigError("backend=openai needs the server: --base-url http://HOST:PORT/v1")
         from agentkit.rollout.openai_backend import OpenAIBackend
 
+        limits = {} if max_response_bytes is None else {"max_response_bytes": max_response_bytes}
         backend = OpenAIBackend(base_url, model_dir, model=served_model, api=api, api_key_env=api_key_env,
-                                concurrency=concurrency)
+                                concurrency=concurrency, timeout_s=request_timeout, max_retries=max_retries, **limits)
         if api == "completions":
             backend.check_tokenizer()  # token-id prompts mean the same to the server
         return backend

@@ -37,7 +37,7 @@ def load_causal_lm(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
             f"{path} is not a model folder (no config.json). Build one with: agentkit model init --out {path}"
         )
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True)  # never a pickle
     except (OSError, ValueError) as err:
         raise ModelError(f"Could not load the model in {path}: {err}") from err
     return model.to(device).eval()

@@ -201,7 +201,8 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
 
     backend = make_backend(cfg.backend, model_dir, seed=cfg.seed, device=cfg.device, base_url=cfg.base_url,
                            served_model=cfg.served_model, api=cfg.api, vllm_args=cfg.vllm_args,
-                           concurrency=cfg.concurrency)
+                           concurrency=cfg.concurrency, request_timeout=cfg.request_timeout,
+                           max_retries=cfg.max_retries, max_response_bytes=cfg.max_response_bytes)
     if plan is not None:
         check_resumed_model(plan, backend.name)
     make_env = env_factory(cfg.env, split=cfg.split, max_turns=cfg.max_turns, env_kwargs=cfg.env_kwargs)
@@ -215,7 +216,8 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
                                  env_id=cfg.env, seed=cfg.seed, show_policy=True)
     collector = Collector(backend, envs, env_id=cfg.env, split=cfg.split, sampling=sampling,
                           context=cfg.context, window=cfg.window, show_admissible=cfg.show_admissible,
-                          max_in_flight=cfg.max_in_flight, skills=selector)
+                          max_in_flight=cfg.max_in_flight, skills=selector,
+                          max_consecutive_errors=cfg.max_env_errors)
     mode = "append" if cfg.append or cfg.resume else "overwrite" if cfg.overwrite else "new"
     try:
         writer = TrajectoryWriter(out, mode=mode)
@@ -228,4 +230,6 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
             stats = collector.run(specs, writer.write, progress=progress)
     finally:
         collector.close()
+        if hasattr(backend, "close"):
+            backend.close()
     return stats, out

@@ -98,9 +98,12 @@ def vllm_teacher(arg: str | None = None, *, tokenizer, bank: SkillBank | None = 
 
 
 def split_url_model(arg: str) -> tuple[str, str | None]:
-    """``"http://h:8000/v1#qwen"`` -> ("http://h:8000/v1", "qwen")."""
+    """``"http://h:8000/v1#qwen"`` -> ("http://h:8000/v1", "qwen"); ConfigError unless the URL is
+    http(s) (the ``openai:URL[#MODEL]`` teacher and judge both come through here)."""
+    from agentkit.rollout.openai_backend import check_http_url
+
     url, _, model = arg.partition("#")
-    return url, model or None
+    return check_http_url(url, "openai:URL[#MODEL]: the URL"), model or None
 
 
 def openai_teacher(arg: str | None = None, *, tokenizer, bank: SkillBank | None = None,
@@ -110,7 +113,7 @@ def openai_teacher(arg: str | None = None, *, tokenizer, bank: SkillBank | None 
     from agentkit.rollout.openai_backend import OpenAIBackend
 
     if not arg:
-        raise ConfigError("The `openai` teacher needs the server: --teacher openai:http://HOST:PORT/v1[#MODEL].")
+        raise ConfigError("The `openai` teacher needs the server's URL: --teacher openai:http://HOST:PORT/v1[#MODEL].")
     url, model = split_url_model(arg)
     backend = OpenAIBackend(url, tokenizer, model=model)
     backend.check_tokenizer()  # token-level distillation: the server must share the student's ids

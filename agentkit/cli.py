@@ -14,15 +14,9 @@ from agentkit.core.errors import AgentkitError, ConfigError
 
 
 def _parse_kv(pairs: list[str]) -> dict:
-    import yaml
+    from agentkit.core.config import parse_assignment
 
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--env-kwargs expects key=value pairs, got {pair!r} (e.g. --env-kwargs level=10).")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
+    return dict(parse_assignment(pair, flag="--env-kwargs", form="key=value", example="level=10") for pair in pairs)
 
 
 def _quiet_hf() -> None:

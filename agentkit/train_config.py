@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agentkit.core.config import parse_assignment, read_yaml
 from agentkit.core.errors import ConfigError, did_you_mean
 
 
@@ -155,18 +156,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Build the config from a YAML file, then ``section.key=value`` overrides, then flags."""
     data: dict[str, Any] = {}
     if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as err:
-            raise ConfigError(f"Cannot read config {path}: {err}") from err
+        loaded = read_yaml(path, what="config")  # problems name the file and line
         if not isinstance(loaded, dict):
             raise ConfigError(f"Config {path} must be a YAML mapping of sections, got {type(loaded).__name__}.")
         data = loaded
     for item in overrides or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set expects section.key=value, got {item!r} (e.g. --set train.lr=1e-5).")
-        _set_dotted(data, key.strip(), yaml.safe_load(raw))
+        _set_dotted(data, *parse_assignment(item))
     for dotted, value in flags.items():
         if value is not None:
             _set_dotted(data, dotted, value)

@@ -124,8 +124,11 @@ class ActionParser:
 
 
 def _printable(text: str) -> str:
-    # drop control characters and lone surrogates that environments choke on
-    return "".join(ch for ch in text if ch.isprintable() or ch in " \t\n")
+    # control characters and lone surrogates, which environments choke on, become spaces: deleting
+    # them would join the pieces around them into a command the model never wrote ("lo\x00ok")
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else " " for ch in text)
 
 
 INVALID_FORMAT_FEEDBACK = "Invalid action: no action found. Answer with <action>your command</action>."

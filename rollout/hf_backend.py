@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from agentkit.rollout.backend import Generation, SamplingParams, row_seeds
 
 from agentkit.core.errors import ModelError
@@ -19,6 +20,10 @@ from agentkit.core.errors import ModelError
 def load_tokenizer(path: str | Path):
     from transformers import AutoTokenizer
 
+    if (Path(path) / "tokenizer.json").exists() and not (Path(path) / "tokenizer_config.json").exists():
+        # without it the tokenizer loads, but with the wrong end-of-sequence and padding tokens
+        raise ModelError(f"The tokenizer in {path} has no tokenizer_config.json (it names the special tokens); "
+                         "copy it back from where the model came from.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError) as err:
@@ -38,7 +43,7 @@ def load_causal_lm(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
         )
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True)  # never a pickle
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a truncated or corrupt weights file
         raise ModelError(f"Could not load the model in {path}: {err}") from err
     return model.to(device).eval()
 

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentkit.core.config import load_yaml
 from agentkit.core.errors import AgentkitError, ConfigError, UnknownNameError, did_you_mean
 
 
@@ -82,33 +83,43 @@ class SkillBank:
     # -- files ---------------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | Path) -> SkillBank:
+        """Read a bank file; any problem is a SkillBankError naming the file, the skill and (for YAML)
+        the line. Loading never writes."""
         path = Path(path)
         if not path.exists():
             raise SkillBankError(f"Skill bank {path} does not exist. Starter banks: {', '.join(starter_banks())} "
                                  "(pass a name, or a file path).")
-        try:
-            text = path.read_text(encoding="utf-8")
-            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as err:
-            raise SkillBankError(f"Cannot read skill bank {path}: {err}") from err
-        if isinstance(data, list):
+        text, data = _read_bank_file(path)
+        where = _Locator(path, text)
+        listed = isinstance(data, list)  # the file is the list of skills itself
+        if listed:
             data = {"skills": data}
         if not isinstance(data, dict) or not isinstance(data.get("skills"), list):
             raise SkillBankError(f"Skill bank {path} must be a mapping with a 'skills' list (or a list of skills).")
-        unknown = set(data) - {"skills", "episodes"}
+        unknown = sorted(set(data) - {"skills", "episodes"}, key=str)
         if unknown:
-            raise SkillBankError(f"Skill bank {path}: unknown top-level keys {sorted(unknown)}; expected 'skills' and 'episodes'.")
-        bank = cls(path=path, episodes=int(data.get("episodes") or 0))
+            raise SkillBankError(f"Skill bank {path}: unknown top-level keys {unknown}{where.at(unknown[0])}; "
+                                 "expected 'skills' and 'episodes'.")
+        episodes = data.get("episodes", 0)
+        if episodes is None:
+            episodes = 0
+        if type(episodes) is not int or episodes < 0:
+            raise SkillBankError(f"Skill bank {path}: 'episodes' must be a non-negative integer (episodes recorded), "
+                                 f"got {episodes!r}{where.at('episodes')}.")
+        bank = cls(path=path, episodes=episodes)
         for i, record in enumerate(data["skills"]):
+            item = (i,) if listed else ("skills", i)
+            rid = record.get("id") if isinstance(record, dict) else None
+            label = f"Skill bank {path}, skill #{i + 1}{f' ({rid!r})' if isinstance(rid, str) and rid else ''}"
             try:
                 skill = Skill.model_validate(record)
             except ValidationError as err:
-                problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
-                rid = record.get("id") if isinstance(record, dict) else None
-                raise SkillBankError(f"Skill bank {path}, skill #{i + 1}{f' ({rid!r})' if rid else ''}: {problems}. "
-                                     f"Fields: {sorted(Skill.model_fields)}.") from err
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc']) or 'the skill'}: {e['msg']}{where.at(*item, *e['loc'])}"
+                    for e in err.errors())
+                raise SkillBankError(f"{label}: {problems}. Fields: {sorted(Skill.model_fields)}.") from err
             if skill.id in bank._by_id:
-                raise SkillBankError(f"Skill bank {path}, skill #{i + 1}: id {skill.id!r} appears twice; ids must be unique.")
+                raise SkillBankError(f"{label}: id {skill.id!r} appears twice{where.at(*item, 'id')}; ids must be unique.")
             bank.add(skill)
         return bank
 
@@ -165,6 +176,60 @@ class SkillBank:
 
     def copy(self) -> SkillBank:
         return SkillBank([s.model_copy(deep=True) for s in self.skills], episodes=self.episodes, path=self.path)
+
+
+def _read_bank_file(path: Path) -> tuple[str, Any]:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as err:
+        raise SkillBankError(f"Cannot read skill bank {path}: {err.strerror or err}.") from err
+    except UnicodeDecodeError as err:
+        raise SkillBankError(f"Cannot read skill bank {path}: not UTF-8 text (byte offset {err.start}); save it as UTF-8.") from err
+    if path.suffix == ".json":
+        try:
+            return text, json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SkillBankError(f"Cannot read skill bank {path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg}).") from err
+        except (ValueError, RecursionError) as err:  # a number too long to convert, nesting too deep
+            raise SkillBankError(f"Cannot read skill bank {path}: {err}") from err
+    try:
+        return text, load_yaml(text, where=str(path))
+    except ConfigError as err:
+        raise SkillBankError(f"Cannot read skill bank {err}") from err
+
+
+class _Locator:
+    """Lines of a YAML bank's nodes, looked up only when there is an error to report."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path, self.text = path, text
+        self._root: Any = False  # not composed yet
+
+    def _node(self) -> Any:
+        if self._root is False:
+            self._root = None
+            if self.path.suffix != ".json":
+                try:
+                    self._root = yaml.compose(self.text, Loader=yaml.SafeLoader)
+                except (yaml.YAMLError, RecursionError):
+                    pass
+        return self._root
+
+    def at(self, *keys: Any) -> str:
+        """`` (line N)`` for the deepest node on the path of mapping keys and list indexes, or ''."""
+        node = self._node()
+        line = None
+        for key in keys:
+            if isinstance(node, yaml.MappingNode):
+                node = next((v for k, v in node.value if getattr(k, "value", None) == str(key)), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
+                node = node.value[key]
+            else:
+                break
+            if node is None:
+                break
+            line = node.start_mark.line + 1
+        return f" (line {line})" if line else ""
 
 
 def render_skills(skills: Sequence[Skill], header: str = "[Privileged Skill Information]") -> str:

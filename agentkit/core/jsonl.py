@@ -140,7 +140,7 @@ def iter_trajectories(path: str | os.PathLike, *, strict: bool = False) -> Itera
             raise TrajectoryFormatError(f"{where}: empty line.")
         try:
             record = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        except (ValueError, RecursionError) as err:  # also an integer too long to convert, nesting too deep
             if is_last and not ends_cleanly:
                 msg = f"{where}: torn last line ({len(raw)} bytes, an interrupted write)"
                 if strict:
@@ -175,7 +175,7 @@ def read_complete_lines(path: str | os.PathLike) -> tuple[list[Trajectory], byte
             raise TrajectoryFormatError(f"{where}: empty line.")
         try:
             record = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        except (ValueError, RecursionError) as err:  # also an integer too long to convert, nesting too deep
             raise TrajectoryFormatError(f"{where}: not valid JSON ({err}).") from err
         trajectories.append(Trajectory.from_dict(record, where=where))
     return trajectories, data[end:]

@@ -10,6 +10,7 @@ with no re-tokenization, and storage grows linearly with episode length.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -195,10 +196,42 @@ def _check_fields(record: dict, types: dict, optional: set, where: str) -> None:
             raise TrajectoryFormatError(
                 f"{where}: field {key!r} has type {type(value).__name__}; expected {_names(allowed)}."
             )
+        if float in allowed and not _finite(value):
+            raise TrajectoryFormatError(f"{where}: field {key!r} must be a finite number, got {_short(value)}.")
+        if isinstance(value, str) and not _is_unicode(value):
+            raise TrajectoryFormatError(f"{where}: field {key!r} holds a lone surrogate (a \\ud800-\\udfff escape), "
+                                        "which UTF-8 cannot encode; agentkit never writes one.")
 
 
 def _names(types: tuple[type, ...]) -> str:
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+def _finite(value: int | float) -> bool:
+    # a JSON integer too large for a float (1e400 written out) is as unusable as Infinity
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _is_unicode(text: str) -> bool:
+    # json.loads turns a "\ud800" escape into a lone surrogate, which cannot be written back as UTF-8
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+MAX_TOKEN_ID = 2**31 - 1  # token ids become int32/int64 tensors; vocabularies are far smaller
 
 
 def _turn_from_dict(record: Any, where: str) -> Turn:
@@ -206,17 +239,15 @@ def _turn_from_dict(record: Any, where: str) -> Turn:
         raise TrajectoryFormatError(f"{where}: a turn must be an object, got {type(record).__name__}.")
     _check_fields(record, _TURN_TYPES, _TURN_OPTIONAL, where)
     for key in ("context_ids", "response_ids"):
-        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in record[key]):
-            raise TrajectoryFormatError(f"{where}: {key!r} must be a list of non-negative integers.")
+        if not all(type(i) is int and 0 <= i <= MAX_TOKEN_ID for i in record[key]):
+            raise TrajectoryFormatError(f"{where}: {key!r} must be a list of non-negative integers up to {MAX_TOKEN_ID} (token ids).")
     logprobs = record["response_logprobs"]
     if len(logprobs) != len(record["response_ids"]):
         raise TrajectoryFormatError(
             f"{where}: {len(record['response_ids'])} response_ids but {len(logprobs)} response_logprobs."
         )
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x <= 1e-6 for x in logprobs):
-        raise TrajectoryFormatError(f"{where}: response_logprobs must be numbers <= 0.")
-    if not math.isfinite(record["reward"]):
-        raise TrajectoryFormatError(f"{where}: reward must be finite, got {record['reward']!r}.")
+    if not all(type(x) in (int, float) and _finite(x) and x <= 1e-6 for x in logprobs):
+        raise TrajectoryFormatError(f"{where}: response_logprobs must be finite numbers <= 0.")
     return Turn(**record)
 
 
@@ -226,16 +257,20 @@ def _trajectory_from_dict(record: Any, where: str) -> Trajectory:
     version = record.get("schema_version")
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
         raise TrajectoryFormatError(
-            f"{where}: schema_version {version} is newer than this agentkit understands ({SCHEMA_VERSION}); "
-            "upgrade agentkit to read it."
+            f"{where}: schema_version {version} is newer than this agentkit understands ({SCHEMA_VERSION}): the file "
+            "was written by a newer agentkit; upgrade agentkit (pip install -U agentkit) to read it."
         )
     _check_fields(record, _TRAJ_TYPES, _TRAJ_OPTIONAL, where)
     if version != SCHEMA_VERSION:
         raise TrajectoryFormatError(f"{where}: unsupported schema_version {version!r}; expected {SCHEMA_VERSION}.")
     if record.get("context_mode", "chat") not in ("chat", "window"):
         raise TrajectoryFormatError(f"{where}: context_mode must be 'chat' or 'window', got {record['context_mode']!r}.")
-    if not all(isinstance(s, str) for s in record.get("skills", [])):
+    if not all(isinstance(s, str) and _is_unicode(s) for s in record.get("skills", [])):
         raise TrajectoryFormatError(f"{where}: 'skills' must be a list of skill id strings.")
+    try:  # the writer must be able to write back whatever the reader accepts
+        json.dumps(record["sampling"], ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as err:  # NaN, a lone surrogate, a key JSON cannot carry
+        raise TrajectoryFormatError(f"{where}: 'sampling' holds a value JSON cannot carry ({err}).") from err
     turns = [_turn_from_dict(t, f"{where}, turn {i}") for i, t in enumerate(record["turns"])]
     fields = dict(record)
     fields["turns"] = turns

@@ -241,6 +241,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from agentkit.view import write_report
+
+    if args.max_episodes <= 0:
+        raise ConfigError(f"--max-episodes must be positive, got {args.max_episodes}.")
+    out, episodes = write_report(Path(args.source), Path(args.out), model=args.model, max_episodes=args.max_episodes)
+    print(f"wrote {out} ({episodes} episodes); open it in a browser")
+    return 0
+
+
 # -- skills -------------------------------------------------------------------------------------
 def _load_bank(name: str):
     from agentkit.skillbank import SkillBank, resolve_bank
@@ -379,9 +389,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_objectives_list)
 
     p = sub.add_parser("plot", help="Plot training curves of one or more runs into a PNG.")
-    p.add_argument("runs", nargs="+", help="Run folders.")
+    p.add_argument("runs", nargs="+", help="Run folders (overlaid: one line per run in every panel).")
     p.add_argument("--out", default="curves.png", help="PNG to write.")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("view", help="One self-contained HTML report of trajectories, with token-level teacher signals.",
+                       description="Write one static HTML file (no server, no network) listing the episodes of a trajectory "
+                                   "file or a training run, with filters, each episode's turns, and per-token colouring by "
+                                   "the teacher-student gap, SDAR gate, teacher top-1 confidence when the run recorded them.")
+    p.add_argument("source", help="A trajectory file (.jsonl) or a run folder of agentkit train.")
+    p.add_argument("--out", default="report.html", help="HTML file to write.")
+    p.add_argument("--model", help="Tokenizer folder for token texts (default: the run's checkpoint or model).")
+    p.add_argument("--max-episodes", type=int, default=20_000, help="Most episodes put in the report (the first ones read).")
+    p.set_defaults(func=cmd_view)
 
     skills = sub.add_parser("skills", help="Skill banks: list, retrieve, extract.").add_subparsers(
         dest="skills_command", metavar="SUBCOMMAND")

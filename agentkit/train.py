@@ -53,6 +53,7 @@ from agentkit.rollout.collector import RolloutStats
 from agentkit.rollout.hf_backend import HFBackend, load_causal_lm, load_tokenizer
 from agentkit.rollout.run import env_factory
 from agentkit.rollout.workers import make_env_runner
+from agentkit.signals import episode_signals
 from agentkit.train_config import TrainConfig, dump_config, load_config
 
 
@@ -83,9 +84,17 @@ def _truncate_jsonl(path: Path, last_step: int) -> None:
     os.replace(tmp, path)
 
 
+def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    """Write a whole file at once (temporary name, then renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records))
+    os.replace(tmp, path)
+
+
 def _drop_lost_steps(run_dir: Path, last_step: int) -> None:
-    """On resume, remove the trajectory files of the steps after the checkpoint: they are played again."""
-    for path in (run_dir / "trajectories").glob("step-*.jsonl*"):
+    """On resume, remove the trajectory and signal files of the steps after the checkpoint: they are played again."""
+    for path in [*(run_dir / "trajectories").glob("step-*.jsonl*"), *(run_dir / "signals").glob("step-*.jsonl*")]:
         number = path.name.removeprefix("step-").split(".")[0]
         if number.isdigit() and int(number) > last_step:
             path.unlink()
@@ -266,6 +275,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True)
             prepare_started = time.perf_counter()
             batch = objective.prepare(trajectories)
             prepare_s = time.perf_counter() - prepare_started
+            if ranks.is_main and cfg.log.signal_episodes:  # per-token teacher signals of a few episodes
+                records = episode_signals(batch, trajectories, episodes=cfg.log.signal_episodes,
+                                          rng=random.Random(f"{cfg.seed}:{step}:signals"))
+                if records:
+                    _write_jsonl(run_dir / "signals" / f"step-{step + 1}.jsonl", records)
             if reference is not None:
                 with torch.no_grad():
                     batch = replace(batch, ref_logprobs=policy_logprobs(reference, ranks.to_device(batch)).cpu())

@@ -86,6 +86,10 @@ class CheckpointSection(_Section):
     keep: int = Field(2, gt=0, description="Checkpoints kept (oldest removed).")
 
 
+class LogSection(_Section):
+    signal_episodes: int = Field(4, ge=0, description="Episodes per step whose per-token teacher signals (teacher logprob, teacher-student gap, top-1 confidence, SDAR gate, SAGE-OPD turn labels) go to RUN_DIR/signals/step-N.jsonl for agentkit view; the trajectory files stay as they are. 0 = none.")
+
+
 class TrainConfig(_Section):
     model: str | None = Field(None, description="Policy model folder (default: the tiny default model).")
     out: str = Field("runs/train", description="Run folder.")
@@ -96,6 +100,7 @@ class TrainConfig(_Section):
     teacher: TeacherSection = Field(default_factory=TeacherSection)
     skills: SkillsSection = Field(default_factory=SkillsSection)
     train: TrainSection = Field(default_factory=TrainSection)
+    log: LogSection = Field(default_factory=LogSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
 

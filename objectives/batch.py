@@ -35,6 +35,8 @@ class TokenBatch:
         teacher_support_ids: [B, L, K] the teacher's top-k ids (None with a full-vocabulary support).
         teacher_support_logprobs: [B, L, K or V] the teacher's logprobs over that support.
         metrics: diagnostics computed while preparing (judge label shares, ...), logged per step.
+        signals: per-token diagnostics for the viewer, each [B, L] (SDAR's gate at sampling time,
+            SAGE-OPD's turn labels and confidences); recorded for a sample of episodes per step.
         token_normalizer: response tokens in the whole optimizer minibatch (token-mean).
         sequence_normalizer: episodes in the whole minibatch (sequence-mean).
     """
@@ -53,6 +55,7 @@ class TokenBatch:
     teacher_support_ids: torch.Tensor | None = None
     teacher_support_logprobs: torch.Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, torch.Tensor] = field(default_factory=dict)
     token_normalizer: float = 1.0
     sequence_normalizer: float = 1.0
 
@@ -71,6 +74,9 @@ class TokenBatch:
         values = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "signals":
+                values[f.name] = {k: v[index][:, : length - 1] for k, v in value.items()}
+                continue
             if not isinstance(value, torch.Tensor):
                 values[f.name] = value
                 continue

@@ -113,7 +113,8 @@ class SAGEOPD:
         c_turns = [float(confidence[b, batch.turn_index[b] == t][0]) for b, t in turns]
         metrics = {**judgments.metrics(), "confidence_mean": sum(c_turns) / max(1, len(c_turns)), "Z": z,
                    "weight_mean": float(masked_mean(weights, mask))}
-        return replace(batch, weights=weights, metrics={**batch.metrics, **metrics})
+        signals = {**batch.signals, "label": labels.float(), "confidence": confidence, "weight": weights}
+        return replace(batch, weights=weights, metrics={**batch.metrics, **metrics}, signals=signals)
 
     def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         cfg, mask = self.config, batch.response_mask  # [B, L]

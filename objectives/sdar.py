@@ -15,6 +15,7 @@ gap_mean, negative_gap_share.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from agentkit.objectives.batch import TokenBatch
@@ -52,7 +53,9 @@ class SDAR(GRPO):
         return self.config.beta
 
     def prepare(self, trajectories: Sequence[Trajectory]) -> TokenBatch:
-        return with_teacher(super().prepare(trajectories), self.teacher, trajectories, objective=type(self).__name__)
+        batch = with_teacher(super().prepare(trajectories), self.teacher, trajectories, objective=type(self).__name__)
+        gate, _ = sdar_gate(batch.old_logprobs, batch.teacher_logprobs, self.beta())  # [B, L], at sampling time
+        return replace(batch, signals={**batch.signals, "gate": gate * batch.response_mask})
 
     def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         grpo_loss, metrics = super().loss(batch, logprobs)

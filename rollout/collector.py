@@ -117,6 +117,7 @@ class _Episode:
     observation: str = ""
     info: dict[str, Any] = field(default_factory=dict)
     task: str = ""
+    task_type: str | None = None
     privileged: str | None = None
     skills: list[str] = field(default_factory=list)
     skill_text: str | None = None  # shown to the policy (skill-conditioned policies only)
@@ -221,6 +222,7 @@ class Collector:
             terminated=terminated, truncated=truncated, model=self.backend.name,
             sampling=self.sampling.to_dict(), context_mode=self.context_mode, privileged=ep.privileged,
             error=error, skills=list(ep.skills), skills_in_prompt=ep.skill_text is not None, created_at=time.time(),
+            task_type=ep.task_type,
         )
 
     def _count_env_error(self, error: str | None) -> None:
@@ -285,6 +287,7 @@ class Collector:
                     return
                 ep.observation, ep.info = result.value
                 ep.task, ep.privileged = ep.info.get("task") or "", ep.info.get("privileged")
+                ep.task_type = str(ep.info.get("task_type") or ep.info.get("task_name") or "") or None
                 if self.skills is not None:
                     ids, ep.skill_text = self.skills(ep.spec, ep.task, ep.info)
                     ep.skills = list(ids)

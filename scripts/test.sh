@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh Debian/Ubuntu machine, then run it.
-# System packages: Java (ScienceWorld's simulator), cmake and g++ (ALFWorld's planner builds from source).
+# System packages: Java (ScienceWorld's simulator), cmake and g++ (ALFWorld's planner builds from source),
+# Chromium and ChromeDriver (the `agentkit view` report is tested in a real headless browser).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 if ((${#need[@]})); then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
@@ -17,6 +20,8 @@ if ((${#need[@]})); then
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 python3 -m pip install -q -c constraints.txt -e '.[textworld,alfworld,scienceworld,search,pyserini,ray,distributed,openai,dev]'
+export AGENTKIT_REQUIRE_BROWSER=1  # the browser tests fail, not skip, without Chromium here
+export AGENTKIT_ARTIFACTS="${AGENTKIT_ARTIFACTS:-artifacts}"  # screenshots of the report, plots
 python3 -m pytest -q "$@"
 
 # vLLM stage: the CPU build of vLLM pins torch and transformers, so it lives in its own virtual

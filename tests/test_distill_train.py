@@ -119,6 +119,13 @@ def test_sdar_on_alfworld(tiny_model_dir, tmp_path):
     assert {"gate_mean", "negative_gap_share"} <= set(m)
     trajectories = read_trajectories(out / "trajectories" / "step-1.jsonl")
     assert all(t.skills and all(s.startswith("alf.") for s in t.skills) for t in trajectories)
+    from agentkit.envs.alfworld_env import TASK_TYPES
+    from agentkit.view import collect
+
+    assert all(t.task_type in TASK_TYPES for t in trajectories)  # recorded from the env's info
+    assert {e["type"] for e in collect(out)["episodes"]} == {t.task_type for t in trajectories}  # the viewer's filter
+    signals = [json.loads(line) for line in (out / "signals" / "step-1.jsonl").read_text().splitlines()]
+    assert signals and all("gate" in turn for record in signals for turn in record["turns"])
 
 
 def test_help_config_lists_every_setting_and_the_objectives_args(capsys):

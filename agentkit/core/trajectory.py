@@ -87,6 +87,8 @@ class Trajectory:
         skills_in_prompt: the policy itself saw those skills (skill-conditioned policies); else
             only a teacher did.
         created_at: UNIX time the record was written.
+        task_type: the task's type when the environment names one (ALFWorld's six types,
+            ScienceWorld's task); written only when set.
     """
 
     id: str
@@ -111,6 +113,7 @@ class Trajectory:
     skills_in_prompt: bool = False
     created_at: float = 0.0
     schema_version: int = field(default=SCHEMA_VERSION)
+    task_type: str | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -123,6 +126,8 @@ class Trajectory:
         record["turns"] = [{f.name: getattr(t, f.name) for f in _TURN_FIELDS} for t in self.turns]
         record["sampling"] = dict(self.sampling)
         record["return"] = record.pop("episode_return")
+        if record["task_type"] is None:
+            del record["task_type"]  # files without task types stay readable by earlier versions
         return record
 
     @classmethod
@@ -175,8 +180,9 @@ _TRAJ_TYPES: dict[str, tuple[type, ...]] = {
     "skills_in_prompt": (bool,),
     "created_at": (int, float),
     "schema_version": (int,),
+    "task_type": (str, type(None)),
 }
-_TRAJ_OPTIONAL = {"context_mode", "privileged", "error", "skills", "skills_in_prompt", "created_at"}
+_TRAJ_OPTIONAL = {"context_mode", "privileged", "error", "skills", "skills_in_prompt", "created_at", "task_type"}
 
 
 def _check_fields(record: dict, types: dict, optional: set, where: str) -> None:

@@ -313,7 +313,7 @@ def main() -> None:
         for out, fn in (pair[::-1] if round_ % 2 else pair):
             out.append(timed(fn))
     columns = {"all_columns_ms": 1000 * statistics.median(every), "response_columns_ms": 1000 * statistics.median(kept),
-               "ratio": statistics.median(a / b for a, b in zip(every, kept))}
+               "ratio": statistics.median(a / b for a, b in zip(every, kept, strict=True))}
     print(json.dumps({"nll_output_layer": columns}), file=sys.stderr)
 
     results = []

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 from agentkit.rollout.backend import Generation, SamplingParams, row_seeds
+from safetensors import SafetensorError
 
 from agentkit.core.errors import ModelError
 

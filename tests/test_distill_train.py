@@ -120,6 +120,7 @@ def test_sdar_on_alfworld(tiny_model_dir, tmp_path):
     trajectories = read_trajectories(out / "trajectories" / "step-1.jsonl")
     assert all(t.skills and all(s.startswith("alf.") for s in t.skills) for t in trajectories)
     from agentkit.envs.alfworld_env import TASK_TYPES
+
     from agentkit.view import collect
 
     assert all(t.task_type in TASK_TYPES for t in trajectories)  # recorded from the env's info

@@ -27,7 +27,8 @@ from agentkit.core.plugins import PluginRegistry, PluginSpec
 REGISTRY = PluginRegistry("agentkit.envs", "environment")
 PARSES_ACTIONS = "parses-actions"  # tag: the environment parses the model's whole response itself
 # id prefixes of the environment families that optional extras provide
-EXTRA_FAMILIES = {"textworld": "textworld", "alfworld": "alfworld", "scienceworld": "scienceworld", "search-qa": "search"}
+EXTRA_FAMILIES = {"textworld": "textworld", "alfworld": "alfworld", "scienceworld": "scienceworld", "search-qa": "search",
+                  "webshop": "search"}
 
 _TW = "agentkit.envs.textworld_env:TextWorldEnv"
 _BUILTINS = [
@@ -48,6 +49,13 @@ _BUILTINS += [
     PluginSpec("search-qa/generated-v0", "agentkit.envs.search_qa_env:SearchQAEnv", "search",
                description="Search-R1-style QA over a generated corpus (retriever bm25s|pyserini|http)",
                tags=frozenset({PARSES_ACTIONS})),
+]
+_WEBSHOP = "agentkit.envs.webshop_env:WebShopEnv"
+_BUILTINS += [
+    PluginSpec("webshop/generated-v0", _WEBSHOP, "search", defaults=(("source", "generated"),),
+               description="WebShop shopping over a catalog generated offline (num_products, catalog_seed, retriever bm25s|pyserini)"),
+    PluginSpec("webshop/original-v0", _WEBSHOP, "search", defaults=(("source", "original"),),
+               description="WebShop on the original data files (data_dir or WEBSHOP_DATA; goals human|synthetic)"),
 ]
 for _spec in _BUILTINS:
     REGISTRY.register(_spec)

@@ -1,0 +1,473 @@
+"""Do the seeds' claims hold at nano scale? Every objective from one SFT'd tiny policy, on a CPU.
+
+    python examples/nano_repro/run.py --out runs/nano-repro                 # the grid, ~1 h on 2 cores
+    python examples/nano_repro/run.py --out /tmp/nano-quick --quick         # every stage on tiny budgets (CI)
+    python examples/nano_repro/run.py --out runs/nano-repro --envs textworld --only grpo sdar-random --seeds 0
+
+The claims under test (``/work/shared/METHODS.md``): (1) SDAR beats GRPO, also with random skill
+retrieval, because its gate filters unhelpful guidance; GRPO+OPSD is unstable and pure OPSD
+collapses on small models. (2) SAGE-OPD beats OPD, and OPD saturates early while SAGE-OPD keeps
+improving.
+
+For each environment (``ENVS``), in ``OUT/ENV/``:
+
+1. ``model-init/``   the tiny model (``agentkit model init --size tiny --seed 0``).
+2. ``demos.jsonl``   expert demonstrations on training games far from the games RL trains on:
+                     ``plain`` episodes exactly as the collector would show them, and ``hinted``
+                     episodes on other games whose token stream starts with the privileged block
+                     *exactly as the self-teacher renders it* (``teachers.context``: retrieved skills
+                     and the environment's expert plan as a system message before the student's
+                     ids). The expert follows the plan, so SFT teaches the policy to read the block
+                     and act on it, as an LLM would in context. Without this a 0.22M-parameter
+                     policy has never seen such a block and a self-teacher's "privileged" scores
+                     would be noise. ``hint_use.json`` measures what the block is worth to the SFT
+                     policy on held-out expert games (log-prob and top-1 agreement with the expert's
+                     tokens, with and without it).
+3. ``sft/``          SFT on all demonstrations: the shared initial policy of every RL run.
+4. ``teacher/``      the OPD/SAGE-OPD teacher: SFT on ``teacher_demos`` plain demonstrations for
+                     longer (a stronger model of the same tokenizer, built here).
+5. ``runs/VARIANT/seed-S/``  one RL run per objective variant (``VARIANTS``) and seed, all from
+                     ``sft/``'s last checkpoint with the same rollout budget (steps x tasks x group),
+                     evaluated during training on the curve split and, after it, greedily on every
+                     eval split (``result.json``).
+
+Then ``OUT/results.json``, and the report ``--report`` (default ``OUT/nano_repro.md``) with PNG
+curves next to it. A stage whose output exists is skipped and a training run resumes from its last
+checkpoint, so the same command continues an interrupted grid; a grid that is only partly done
+still gets a report of what finished (rows say how many seeds they average).
+
+Departures, on purpose: SAGE-OPD's judge is the ``oracle`` (the environment's expert action)
+because a tiny teacher cannot write a label (every answer would be unparseable, hence Strong);
+objective settings are the objectives' defaults (the papers' reference values), not tuned here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+PRIVILEGED = ("skills", "env")  # what the self-teacher sees, and what the hinted demonstrations show
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSetup:
+    """One environment of the grid and its budgets."""
+
+    env_id: str
+    kwargs: dict[str, Any]
+    eval_splits: tuple[str, ...]  # the first is the one evaluated during training (the curves)
+    max_turns: int
+    max_new_tokens: int
+    plain_demos: int  # few on purpose: SFT alone must leave room for RL
+    hinted_demos: int
+    teacher_demos: int
+    sft_steps: int
+    teacher_steps: int
+    rl_steps: int
+    tasks_per_step: int
+    group_size: int
+    eval_every: int
+    eval_episodes: int  # per eval split, at the end of a run
+    curve_episodes: int  # during training
+
+
+ENVS: dict[str, EnvSetup] = {
+    "textworld": EnvSetup("textworld/coin-v0", {"level": 3}, ("eval",), max_turns=8, max_new_tokens=16,
+                          plain_demos=8, hinted_demos=8, teacher_demos=48, sft_steps=150, teacher_steps=250,
+                          rl_steps=16, tasks_per_step=4, group_size=4, eval_every=4, eval_episodes=32,
+                          curve_episodes=16),
+    "alfworld": EnvSetup("alfworld/alfworld-v0", {"task_types": "pick_and_place"}, ("eval_out", "eval_in"),
+                         max_turns=8, max_new_tokens=24, plain_demos=8, hinted_demos=24, teacher_demos=48,
+                         sft_steps=150, teacher_steps=100, rl_steps=8, tasks_per_step=2, group_size=4, eval_every=4,
+                         eval_episodes=16, curve_episodes=8),
+}
+QUICK = dict(plain_demos=2, hinted_demos=2, teacher_demos=2, sft_steps=2, teacher_steps=2, rl_steps=1,
+             tasks_per_step=1, group_size=2, eval_every=1, eval_episodes=1, curve_episodes=1, max_turns=3,
+             max_new_tokens=8)
+DEMO_FIRST_SEED = 100_000  # far from RL's training games 0 .. steps * tasks_per_step - 1
+TEACHER_DEMO_FIRST_SEED = DEMO_FIRST_SEED + 32  # the teacher's games: after any the SFT demonstrations use
+
+# objective variant -> overrides; "{teacher}" is the OPD teacher's checkpoint
+_SELF = [f"teacher.privileged=[{', '.join(PRIVILEGED)}]"]
+_PENALTY = ["objective.args.invalid_action_penalty=0.1"]
+VARIANTS: dict[str, list[str]] = {
+    "grpo": ["objective.name=grpo", *_PENALTY],
+    "grpo_opsd": ["objective.name=grpo_opsd", *_PENALTY, *_SELF],
+    "opsd": ["objective.name=opsd", *_SELF],
+    "skill_sd": ["objective.name=skill_sd", *_PENALTY, *_SELF],
+    "rlsd": ["objective.name=rlsd", *_PENALTY, *_SELF],
+    **{f"sdar-{r}": ["objective.name=sdar", *_PENALTY, *_SELF, f"skills.retrieval={r}"]
+       for r in ("ucb", "keyword", "full", "random")},
+    "opd": ["objective.name=opd", "teacher.spec=model:{teacher}"],
+    "sage_opd": ["objective.name=sage_opd", "teacher.spec=model:{teacher}", "objective.args.judge=oracle"],
+}
+DIAGNOSTICS = ("gate_mean", "gate_above_half", "gap_mean", "negative_gap_share", "reverse_kl", "judge_skip_share",
+               "judge_weak_share", "judge_strong_share", "judge_check_share", "confidence_mean", "Z")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/nano-repro", help="Folder for everything the grid writes.")
+    parser.add_argument("--report", default=None, help="Markdown report (default OUT/nano_repro.md); PNGs beside it.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="RL seeds (the SFT policy is shared).")
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS), help="Environments.")
+    parser.add_argument("--only", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), metavar="VARIANT",
+                        help=f"Objective variants: {', '.join(VARIANTS)}.")
+    parser.add_argument("--jobs", type=int, default=2, help="RL runs at a time (one thread each).")
+    parser.add_argument("--quick", action="store_true", help="Tiny budgets: checks that every stage runs, learns nothing.")
+    parser.add_argument("--report-only", action="store_true", help="Write the report from what has finished; train nothing.")
+    parser.add_argument("--run-one", nargs=3, metavar=("ENV", "VARIANT", "SEED"), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def setup_for(name: str, quick: bool) -> EnvSetup:
+    setup = ENVS[name]
+    return dataclasses.replace(setup, **QUICK) if quick else setup
+
+
+def quiet_libraries() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+# ---------------------------------------------------------------- configs
+
+
+def base_overrides(setup: EnvSetup) -> list[str]:
+    return [f"env.id={setup.env_id}", f"env.kwargs={json.dumps(setup.kwargs)}", f"env.eval_split={setup.eval_splits[0]}",
+            f"env.max_turns={setup.max_turns}", f"rollout.max_new_tokens={setup.max_new_tokens}",
+            "checkpoint.keep=1"]
+
+
+def sft_config(setup: EnvSetup, *, model: Path, demos: Path, out: Path, steps: int):
+    from agentkit.train_config import load_config
+
+    return load_config(None, [*base_overrides(setup), "objective.name=sft", "train.lr=2e-3", "train.demos_per_step=16",
+                              f"train.steps={steps}", "eval.every=0", f"eval.episodes={setup.curve_episodes}",
+                              f"checkpoint.every={steps}", "seed=0", f"model={model}", f"train.demos={demos}",
+                              f"out={out}"])
+
+
+def rl_config(setup: EnvSetup, variant: str, seed: int, *, model: Path, teacher: Path, out: Path):
+    from agentkit.train_config import load_config
+
+    overrides = [o.replace("{teacher}", str(teacher)) for o in VARIANTS[variant]]
+    return load_config(None, [*base_overrides(setup), *overrides, "train.lr=2e-4", f"train.steps={setup.rl_steps}",
+                              f"rollout.tasks_per_step={setup.tasks_per_step}", f"rollout.group_size={setup.group_size}",
+                              "rollout.temperature=1.0", f"eval.every={setup.eval_every}",
+                              f"eval.episodes={setup.curve_episodes}", f"checkpoint.every={setup.eval_every}",
+                              f"seed={seed}", f"model={model}", f"out={out}"])
+
+
+def final_checkpoint(run_dir: Path, steps: int) -> Path:
+    return run_dir / "checkpoints" / f"step-{steps}"
+
+
+def run_training(cfg) -> Path:
+    """Train, or resume a run that stopped; a finished run is left as it is."""
+    from agentkit.checkpoint import checkpoints
+    from agentkit.train import train
+
+    run_dir = Path(cfg.out)
+    done = checkpoints(run_dir)
+    if done and done[-1] >= cfg.train.steps:
+        return run_dir
+    if not done and run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)  # stopped before its first checkpoint: nothing to resume, start it again
+    return train(cfg, resume=bool(done), show_progress=False)
+
+
+# ---------------------------------------------------------------- demonstrations
+
+
+def hinted(trajectory, tokenizer, bank, rng: random.Random, k: int = 3):
+    """The episode as a self-teacher would see it: the privileged block (``k`` skills drawn at
+    random, as a retriever might, and the expert plan) in front of the student's first context."""
+    from agentkit.teachers.context import prefix_ids, privileged_text
+
+    skills = [s.id for s in rng.sample(list(bank), min(k, len(bank)))]
+    with_skills = dataclasses.replace(trajectory, skills=skills)
+    block = prefix_ids(tokenizer, privileged_text(with_skills, PRIVILEGED, bank))
+    first = dataclasses.replace(trajectory.turns[0], context_ids=block + trajectory.turns[0].context_ids)
+    return dataclasses.replace(with_skills, turns=[first, *trajectory.turns[1:]], id=trajectory.id + "|hinted")
+
+
+def expert_games(setup: EnvSetup, tokenizer, *, split: str, seeds: Sequence[int]) -> list:
+    """Won expert episodes on ``seeds`` of ``split``, recorded as the collector would."""
+    from agentkit.rollout.demos import play_demonstration
+    from agentkit.rollout.run import env_factory
+
+    env = env_factory(setup.env_id, split=split, max_turns=50, env_kwargs=setup.kwargs)()
+    try:
+        games = [play_demonstration(env, tokenizer, env_id=setup.env_id, seed=s, split=split, model="expert")
+                 for s in seeds]
+    finally:
+        env.close()
+    return [g for g in games if g.won and g.privileged]
+
+
+def write_demos(setup: EnvSetup, model_dir: Path, env_dir: Path) -> None:
+    from agentkit.rollout.hf_backend import load_tokenizer
+    from agentkit.skillbank import SkillBank, default_bank_for, resolve_bank
+
+    from agentkit.core.jsonl import TrajectoryWriter
+
+    tokenizer = load_tokenizer(model_dir)
+    bank = SkillBank.load(resolve_bank(default_bank_for(setup.env_id)))
+    n = setup.plain_demos + setup.hinted_demos
+    games = expert_games(setup, tokenizer, split="train", seeds=range(DEMO_FIRST_SEED, DEMO_FIRST_SEED + n))
+    teacher_games = expert_games(setup, tokenizer, split="train",
+                                 seeds=range(TEACHER_DEMO_FIRST_SEED, TEACHER_DEMO_FIRST_SEED + setup.teacher_demos))
+    rng = random.Random(0)
+    demos = games[: setup.plain_demos] + [hinted(g, tokenizer, bank, rng) for g in games[setup.plain_demos:]]
+    for name, rows in (("demos", demos), ("teacher_demos", teacher_games)):
+        partial = env_dir / f"{name}.partial"
+        with TrajectoryWriter(partial, mode="overwrite") as writer:
+            for row in rows:
+                writer.write(row)
+        partial.rename(env_dir / f"{name}.jsonl")
+
+
+def hint_use(setup: EnvSetup, policy_dir: Path, episodes: int) -> dict[str, float]:
+    """What the privileged block is worth to a policy on held-out expert games: the mean log-prob
+    of the expert's tokens and the share of them that are the policy's top-1, without and with it."""
+    import torch
+    from agentkit.objectives.batch import build_batch
+    from agentkit.rollout.hf_backend import load_tokenizer
+    from agentkit.skillbank import SkillBank, default_bank_for, resolve_bank
+    from agentkit.teachers.model import ModelTeacher
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(policy_dir)
+    model = AutoModelForCausalLM.from_pretrained(policy_dir).eval()
+    bank = SkillBank.load(resolve_bank(default_bank_for(setup.env_id)))
+    games = expert_games(setup, tokenizer, split=setup.eval_splits[0], seeds=range(episodes))
+    rng = random.Random(0)
+    games = [dataclasses.replace(g, skills=[s.id for s in rng.sample(list(bank), min(3, len(bank)))]) for g in games]
+    batch = build_batch(games)
+    out: dict[str, float] = {"episodes": len(games)}
+    for label, privileged in (("without", ()), ("with", PRIVILEGED)):
+        with torch.no_grad():
+            scores = ModelTeacher(model, tokenizer, name=label, privileged=privileged, bank=bank).score(batch, games)
+        mask = batch.response_mask.bool()
+        out[f"logprob_{label}"] = float(scores.logprobs[mask].mean())
+        out[f"top1_{label}"] = float((scores.logprobs[mask] >= scores.top1[mask] - 1e-6).float().mean())
+    return out
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def evaluate_splits(setup: EnvSetup, cfg, policy_dir: Path) -> dict[str, dict[str, float]]:
+    """Greedy episodes on seeds 0 .. eval_episodes-1 of every eval split, as the training loop evaluates."""
+    from agentkit.rollout.collector import Collector, EpisodeSpec, SamplingParams
+    from agentkit.rollout.hf_backend import HFBackend
+    from agentkit.rollout.run import env_factory
+    from agentkit.rollout.workers import InProcessEnvs
+
+    backend = HFBackend(policy_dir, seed=cfg.seed)
+    results = {}
+    for split in setup.eval_splits:
+        envs = InProcessEnvs(env_factory(setup.env_id, split=split, max_turns=setup.max_turns, env_kwargs=setup.kwargs))
+        episodes: list = []
+        try:
+            collector = Collector(backend, envs, env_id=setup.env_id, split=split,
+                                  sampling=SamplingParams(temperature=0.0, max_new_tokens=setup.max_new_tokens),
+                                  context=cfg.rollout.context, window=cfg.rollout.window,
+                                  show_admissible=cfg.rollout.show_admissible,
+                                  max_consecutive_errors=cfg.env.max_consecutive_errors)
+            collector.run([EpisodeSpec(seed) for seed in range(setup.eval_episodes)], episodes.append)
+        finally:
+            envs.close()
+        won = [e for e in episodes if e.won]
+        results[split] = {"success_rate": len(won) / max(len(episodes), 1), "episodes": len(episodes),
+                          "turns_per_solved": statistics.fmean(len(e.turns) for e in won) if won else None,
+                          "invalid_rate": (sum(not t.action_valid for e in episodes for t in e.turns)
+                                           / max(sum(len(e.turns) for e in episodes), 1))}
+    return results
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------- stages
+
+
+def prepare_env(name: str, setup: EnvSetup, out: Path) -> dict[str, Any]:
+    """Model, demonstrations, SFT policy, OPD teacher and their evaluations (each cached)."""
+    from agentkit.models import init_model
+
+    env_dir = out / name
+    env_dir.mkdir(parents=True, exist_ok=True)
+    wall: dict[str, float] = {}
+    started = time.perf_counter()
+    model_init = env_dir / "model-init"
+    if not (model_init / "config.json").exists():
+        import shutil
+
+        shutil.rmtree(model_init, ignore_errors=True)
+        init_model(model_init, size="tiny", seed=0)
+    if not (env_dir / "demos.jsonl").exists() or not (env_dir / "teacher_demos.jsonl").exists():
+        write_demos(setup, model_init, env_dir)
+    wall["demos"] = time.perf_counter() - started
+    started = time.perf_counter()
+    sft = sft_config(setup, model=model_init, demos=env_dir / "demos.jsonl", out=env_dir / "sft", steps=setup.sft_steps)
+    run_training(sft)
+    teacher = sft_config(setup, model=model_init, demos=env_dir / "teacher_demos.jsonl", out=env_dir / "teacher",
+                         steps=setup.teacher_steps)
+    run_training(teacher)
+    wall["sft"] = time.perf_counter() - started
+    started = time.perf_counter()
+    stage_file = env_dir / "stages.json"
+    if not stage_file.exists():
+        sft_dir, teacher_dir = final_checkpoint(env_dir / "sft", setup.sft_steps), final_checkpoint(
+            env_dir / "teacher", setup.teacher_steps)
+        stages = {"init": evaluate_splits(setup, sft, model_init), "sft": evaluate_splits(setup, sft, sft_dir),
+                  "teacher": evaluate_splits(setup, sft, teacher_dir),
+                  "hint_use": hint_use(setup, sft_dir, setup.eval_episodes)}
+        stage_file.write_text(json.dumps(stages, indent=1))
+    wall["stage_eval"] = time.perf_counter() - started
+    return {**json.loads(stage_file.read_text()), "prep_wall_s": wall}
+
+
+def run_one(name: str, variant: str, seed: int, out: Path, quick: bool) -> None:
+    """One RL run and its final evaluation, written to ``result.json`` (skipped when it exists)."""
+    setup = setup_for(name, quick)
+    env_dir = out / name
+    run_dir = env_dir / "runs" / variant / f"seed-{seed}"
+    result_file = run_dir / "result.json"
+    if result_file.exists():
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = run_dir / "running.pid"  # two grids on one --out (e.g. one per env) never train the same run
+    if lock.exists() and _alive(int(lock.read_text() or 0)):
+        print(f"{run_dir} is being trained by process {lock.read_text()}; skipped here.")
+        return
+    lock.write_text(str(os.getpid()))
+    try:
+        _train_and_evaluate(setup, name, variant, seed, env_dir, run_dir, result_file)
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return pid > 0
+
+
+def _train_and_evaluate(setup: EnvSetup, name: str, variant: str, seed: int, env_dir: Path, run_dir: Path,
+                        result_file: Path) -> None:
+    started = time.perf_counter()
+    cfg = rl_config(setup, variant, seed, model=final_checkpoint(env_dir / "sft", setup.sft_steps),
+                    teacher=final_checkpoint(env_dir / "teacher", setup.teacher_steps), out=run_dir / "train")
+    run_training(cfg)
+    train_s = time.perf_counter() - started
+    evals = evaluate_splits(setup, cfg, final_checkpoint(run_dir / "train", setup.rl_steps))
+    metrics = read_jsonl(run_dir / "train" / "metrics.jsonl")
+    result = {
+        "env": name, "variant": variant, "seed": seed, "eval": evals,
+        "curve": [{"step": r["step"], "success_rate": r["success_rate"]}
+                  for r in read_jsonl(run_dir / "train" / "eval.jsonl")],
+        "diagnostics": {k: statistics.fmean(m[k] for m in metrics if k in m)
+                        for k in DIAGNOSTICS if any(k in m for m in metrics)},
+        "rollout_episodes": setup.rl_steps * setup.tasks_per_step * setup.group_size,
+        "train_s": train_s, "wall_s": time.perf_counter() - started,
+    }
+    result_file.write_text(json.dumps(result, indent=1))
+
+
+def run_grid(args: argparse.Namespace, out: Path) -> None:
+    """Every (env, variant, seed) not done yet, ``--jobs`` at a time, each in its own one-thread process."""
+    # seed-major: a grid cut short has every cell with fewer seeds rather than some cells empty
+    pending = [(e, v, s) for s in args.seeds for e in args.envs for v in args.only
+               if not (out / e / "runs" / v / f"seed-{s}" / "result.json").exists()]
+    running: list[tuple[subprocess.Popen, tuple[str, str, int]]] = []
+    failed = []
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            job = pending.pop(0)
+            log = out / job[0] / "runs" / job[1] / f"seed-{job[2]}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            command = [sys.executable, __file__, "--out", str(out), "--run-one", job[0], job[1], str(job[2])]
+            with open(log, "w") as handle:
+                proc = subprocess.Popen(command + (["--quick"] if args.quick else []), stdout=handle,
+                                        stderr=subprocess.STDOUT, env=env)
+            running.append((proc, job))
+            print(f"started {job[0]} {job[1]} seed {job[2]}", flush=True)
+        time.sleep(0.5)
+        for proc, job in list(running):
+            if proc.poll() is not None:
+                running.remove((proc, job))
+                print(f"{'finished' if proc.returncode == 0 else 'FAILED'} {job[0]} {job[1]} seed {job[2]}", flush=True)
+                if proc.returncode != 0:
+                    failed.append(job)
+    if failed:
+        print(f"{len(failed)} run(s) failed (see their .log): {failed}", flush=True)
+
+
+def collect(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    envs = {}
+    for name in args.envs:
+        setup = setup_for(name, args.quick)
+        stage_file = out / name / "stages.json"
+        runs = [json.loads(p.read_text()) for p in sorted((out / name / "runs").glob("*/seed-*/result.json"))]
+        envs[name] = {"setup": dataclasses.asdict(setup), "stages": json.loads(stage_file.read_text())
+                      if stage_file.exists() else None, "runs": runs}
+    return {"command": " ".join(["examples/nano_repro/run.py", *sys.argv[1:]]), "quick": args.quick,
+            "seeds": args.seeds, "variants": args.only, "envs": envs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    quiet_libraries()
+    out = Path(args.out)
+    if args.run_one:
+        name, variant, seed = args.run_one
+        import torch
+
+        torch.set_num_threads(1)
+        run_one(name, variant, int(seed), out, args.quick)
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    if not args.report_only:
+        for name in args.envs:
+            prepare_env(name, setup_for(name, args.quick), out)
+            print(f"{name}: SFT policy and teacher ready ({time.perf_counter() - started:.0f} s)", flush=True)
+        run_grid(args, out)
+    results = collect(args, out)
+    results["wall_s"] = time.perf_counter() - started
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    from report import write_report  # examples/nano_repro/report.py, beside this script
+
+    report = Path(args.report) if args.report else out / "nano_repro.md"
+    write_report(results, report)
+    report.with_suffix(".json").write_text(json.dumps(results, indent=1))  # the data behind the report, beside it
+    print(f"wrote {out / 'results.json'}, {report} and {report.with_suffix('.json')}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,8 @@ held-out splits are named by the adapter, e.g. ``"eval"``, ``"eval_out"``).
 
 from __future__ import annotations
 
+import operator
+import os
 from typing import Any, Protocol, runtime_checkable
 
 INFO_KEYS = ("task", "admissible_actions", "action_valid", "won", "score", "privileged")
@@ -47,3 +49,19 @@ class Env(Protocol):
     def close(self) -> None:
         """Release processes, files and JVMs."""
         ...
+
+
+def task_index(seed: Any, num_tasks: int, *, family: str, split: str) -> int:
+    """The task a reset seed picks among ``num_tasks`` (a random one for None): ints and numpy
+    integers from 0 to num_tasks - 1; anything else is a ``ConfigError`` naming the valid range."""
+    from agentkit.core.errors import ConfigError
+
+    if seed is None:
+        return int.from_bytes(os.urandom(4), "little") % num_tasks
+    try:
+        index = operator.index(seed)  # ints and numpy integers
+    except TypeError:
+        index = -1
+    if isinstance(seed, bool) or not 0 <= index < num_tasks:
+        raise ConfigError(f"{family} task seeds for split {split!r} run from 0 to {num_tasks - 1}, got {seed!r}.")
+    return index

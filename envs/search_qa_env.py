@@ -22,7 +22,6 @@ the hops whose supporting passage has not been shown yet, then the answer).
 from __future__ import annotations
 
 import bisect
-import operator
 import os
 import re
 import string
@@ -30,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agentkit.envs.protocol import task_index
 from agentkit.envs.search_qa_corpus import (
     CORPUS_FILE,
     DEFAULT_NUM_PASSAGES,
@@ -216,16 +216,7 @@ class SearchQAEnv:
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         if self.retriever is None:
             raise EnvError("reset() after close(); build a new SearchQAEnv.")
-        if seed is None:
-            seed = int.from_bytes(os.urandom(4), "little") % len(self.questions)
-        try:
-            index = operator.index(seed)  # ints and numpy integers
-        except TypeError:
-            index = -1
-        if isinstance(seed, bool) or not 0 <= index < len(self.questions):
-            raise ConfigError(
-                f"Search-QA task seeds for split {self.split!r} run from 0 to {len(self.questions) - 1}, got {seed!r}."
-            )
+        index = task_index(seed, len(self.questions), family="Search-QA", split=self.split)
         self._item = self.questions[index]
         self._done, self._searches, self._shown, self._won, self._score = False, 0, set(), False, 0.0
         obs = INSTRUCTIONS.format(max_searches=self.max_searches, question=self._item.question)

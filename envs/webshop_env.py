@@ -29,7 +29,6 @@ product, the goal's options, ``Buy Now``.
 
 from __future__ import annotations
 
-import operator
 import os
 import re
 from collections import OrderedDict
@@ -37,6 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from agentkit.envs.protocol import task_index
 from agentkit.envs.search_qa_retrieval import Retriever, make_retriever
 from agentkit.envs.webshop_catalog import (
     CORPUS_FILE,
@@ -165,14 +165,7 @@ class WebShopEnv:
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         if self.retriever is None:
             raise EnvError("reset() after close(); build a new WebShopEnv.")
-        if seed is None:
-            seed = int.from_bytes(os.urandom(4), "little") % len(self.goals)
-        try:
-            index = operator.index(seed)
-        except TypeError:
-            index = -1
-        if isinstance(seed, bool) or not 0 <= index < len(self.goals):
-            raise ConfigError(f"WebShop task seeds for split {self.split!r} run from 0 to {len(self.goals) - 1}, got {seed!r}.")
+        index = task_index(seed, len(self.goals), family="WebShop", split=self.split)
         self._goal = self.goals[index]
         self._page, self._chosen = Page("search"), {}
         self._score, self._won, self._components = 0.0, False, None

@@ -57,8 +57,9 @@ def _tokenizer_folder(source: Path, trajectories: list[Trajectory], model: str |
     if model:
         candidates.append(Path(model))
     if source.is_dir():
-        checkpoints = sorted(_step_files_dirs(source / "checkpoints"), reverse=True)
-        candidates += [p for _, p in checkpoints]
+        from agentkit.checkpoint import checkpoints
+
+        candidates += [source / "checkpoints" / f"step-{step}" for step in reversed(checkpoints(source))]
         config = source / "config.yaml"
         if config.exists():
             import yaml
@@ -73,13 +74,6 @@ def _tokenizer_folder(source: Path, trajectories: list[Trajectory], model: str |
     if model:
         raise ConfigError(f"--model {model}: no tokenizer there (no tokenizer.json).")
     return None
-
-
-def _step_files_dirs(folder: Path) -> list[tuple[int, Path]]:
-    if not folder.is_dir():
-        return []
-    return [(int(p.name.split("-")[1]), p) for p in folder.iterdir()
-            if p.is_dir() and re.fullmatch(r"step-\d+", p.name)]
 
 
 def task_type(trajectory: Trajectory) -> str:

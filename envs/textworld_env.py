@@ -9,6 +9,11 @@ under ``$AGENTKIT_CACHE/textworld`` and reused.
 TextWorld reports a cumulative score; rewards here are its per-step differences. TextWorld has no
 invalid-command flag: an action is valid when it is in the admissible commands of the state it was
 played in. ``privileged`` is the expert plan from the current state (TextWorld's policy commands).
+
+The coin collector's instruction spells out the route ("First step, go south. ... recover the
+coin"). ``goal="brief"`` replaces it with ``BRIEF_COIN_GOAL`` in the first observation and the task,
+so the agent has to find the way while the privileged expert plan still knows it: a privileged
+context that carries what the agent's own prompt does not.
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ EVAL_SEED_OFFSET = 1_000_000
 
 CHALLENGE_DEFAULTS: dict[str, dict[str, Any]] = {
     "tw-simple": {"rewards": "dense", "goal": "detailed"},
-    "tw-coin_collector": {"level": 5},
+    "tw-coin_collector": {"level": 5, "goal": "detailed"},
     "tw-treasure_hunter": {"level": 5},
     "tw-cooking": {"recipe": 1, "take": 1, "go": 1, "open": False, "cook": False, "cut": False, "drop": False, "recipe_seed": 0},
 }
+# settings agentkit applies to what the agent sees; not passed to TextWorld's generator (same games)
+_VIEW_SETTINGS = {"tw-coin_collector": {"goal": ("detailed", "brief")}}
+BRIEF_COIN_GOAL = "Find the coin and take it."
 _SAFE_COMMAND = re.compile(r"[^a-z0-9 ,.'-]")
 _MAX_COMMAND_CHARS = 190  # the interpreter truncates longer input
 _BANNER_CHARS = set(" _|$\\/<>")
@@ -48,6 +56,8 @@ def _strip_banner(text: str) -> str:
 
 def _challenge_settings(challenge: str, split: str, settings: dict[str, Any]) -> dict[str, Any]:
     full = {**CHALLENGE_DEFAULTS[challenge], **settings}
+    for name in _VIEW_SETTINGS.get(challenge, {}):
+        full.pop(name, None)
     if challenge == "tw-simple":
         full["test"] = split == "eval"  # held-out object names for eval
     elif challenge == "tw-cooking":
@@ -102,6 +112,9 @@ class TextWorldEnv:
             raise ConfigError(
                 f"{challenge} has no setting(s) {unknown}; its settings are {sorted(CHALLENGE_DEFAULTS[challenge])}."
             )
+        for name, allowed in _VIEW_SETTINGS.get(challenge, {}).items():
+            if name in settings and settings[name] not in allowed:
+                raise ConfigError(f"{challenge} setting {name}={settings[name]!r} is not one of {list(allowed)}.")
         import textworld  # noqa: F401  (fail early with the install hint)
 
         self.challenge = challenge
@@ -143,6 +156,12 @@ class TextWorldEnv:
         self._state, self._score, self._done = state, float(state.score or 0), False
         self._task = state.objective or ""
         obs = _strip_banner(state.feedback)
+        if self.settings.get("goal") == "brief":
+            room = obs.find("\n\n-= ")  # the instruction is everything before the first room's header
+            if room < 0:
+                raise EnvError(f"TextWorld's first observation of {game_file} has no room header after its "
+                               "instruction, so goal='brief' cannot hide the route. Use goal='detailed'.")
+            obs, self._task = BRIEF_COIN_GOAL + obs[room:], BRIEF_COIN_GOAL
         return obs, self._info(action_valid=True)
 
     def _info(self, *, action_valid: bool) -> dict[str, Any]:

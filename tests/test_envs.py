@@ -69,6 +69,28 @@ def test_seeds_are_deterministic_and_splits_disjoint():
         evals.close()
 
 
+def test_coin_collector_brief_goal_hides_the_route_not_the_plan():
+    detailed, brief = make("textworld/coin-v0", level=3), make("textworld/coin-v0", level=3, goal="brief")
+    try:
+        obs_d, info_d = detailed.reset(seed=5)
+        obs_b, info_b = brief.reset(seed=5)
+        plan = info_d["expert_plan"]
+        moves = [a.split()[-1] for a in plan if a.startswith("go ")]
+        assert moves and all(m in info_d["task"] for m in moves), "the detailed instruction spells the route"
+        assert info_b["task"] == obs_b.split("\n\n")[0] == "Find the coin and take it."
+        instruction = obs_d.split("\n\n-= ")[0]
+        assert obs_b == obs_d.replace(instruction, "Find the coin and take it.", 1), "same game, only the instruction differs"
+        assert info_b["expert_plan"] == plan and info_b["privileged"] == info_d["privileged"]
+        for action in plan:
+            *_, info_b = brief.step(action)
+        assert info_b["won"]
+    finally:
+        detailed.close()
+        brief.close()
+    with pytest.raises(ConfigError, match="goal='hidden' is not one of \\['detailed', 'brief'\\]"):
+        make("textworld/coin-v0", goal="hidden")
+
+
 def test_bad_settings_are_clear():
     with pytest.raises(ConfigError, match="tw-coin_collector has no setting.*'rewards'"):
         make("textworld/coin-v0", rewards="dense")

@@ -36,6 +36,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -145,14 +146,20 @@ def prepare_run(cfg: TrainConfig, resume: bool) -> tuple[TrainConfig, Path, int 
         if not saved.exists():
             raise ConfigError(f"--resume: {run_dir} has no config.yaml; nothing to resume.")
         steps = checkpoints(run_dir)
-        if not steps:
-            raise ConfigError(f"--resume: {run_dir} has no complete checkpoint yet; start it again without --resume.")
-        check_complete(run_dir / "checkpoints" / f"step-{steps[-1]}")  # damaged: refused, never loaded
+        if steps:
+            check_complete(run_dir / "checkpoints" / f"step-{steps[-1]}")  # damaged: refused, never loaded
         original = load_config(saved)
         # only the length of the run may change on resume
         cfg = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
-        _drop_lost_steps(run_dir, steps[-1])
-        return cfg, run_dir, steps[-1]
+        last = steps[-1] if steps else 0
+        _drop_lost_steps(run_dir, last)
+        if not steps:  # stopped before its first checkpoint: the same run again from its initial model
+            for name in ("metrics.jsonl", "eval.jsonl"):
+                _truncate_jsonl(run_dir / name, 0)
+            print(f"--resume: {run_dir} has no complete checkpoint yet; starting it again from step 0 "
+                  "with its saved config.", file=sys.stderr)
+            return cfg, run_dir, None
+        return cfg, run_dir, last
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, or choose another --out.")
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -57,3 +57,36 @@ def test_quick_grid_writes_a_report_with_every_row(tmp_path):
                     "SDAR beats GRPO even with random retrieval", "SAGE-OPD beats OPD", "opsd collapse"):
         assert heading in text, heading
     assert (report.parent / "nano_repro_textworld.png").stat().st_size > 0
+
+
+@pytest.mark.textworld
+@pytest.mark.parametrize("context", ["chat", "window"])
+def test_hinted_demos_carry_the_block_where_the_self_teacher_puts_it(tiny_model_dir, context):
+    """chat: once, in front of the episode's one growing sequence; window: in front of every turn's prompt."""
+    import dataclasses
+    import random
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from run import ENVS, PRIVILEGED, expert_games, hinted
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    from agentkit.rollout.hf_backend import load_tokenizer
+    from agentkit.skillbank import SkillBank, default_bank_for, resolve_bank
+    from agentkit.teachers.model import ModelTeacher
+
+    setup = dataclasses.replace(ENVS["textworld"], kwargs={"level": 103, "goal": "brief"}, context=context, window=1)
+    tokenizer = load_tokenizer(tiny_model_dir)
+    (game,) = expert_games(setup, tokenizer, split="train", seeds=[0])
+    assert "Find the coin and take it." in tokenizer.decode(game.turns[0].context_ids)
+    bank = SkillBank.load(resolve_bank(default_bank_for(setup.env_id)))
+    shown = hinted(game, tokenizer, bank, random.Random(0))
+    (block,) = ModelTeacher(None, tokenizer, name="self", privileged=PRIVILEGED, bank=bank).prefixes([shown])
+    assert "Expert plan from here: " + " > ".join(t.action for t in game.turns) in tokenizer.decode(block)
+    assert len(shown.skills) == 3 and len(game.turns) >= 3
+    for i, (plain, with_block) in enumerate(zip(game.turns, shown.turns)):
+        if i == 0 or context == "window":
+            assert with_block.context_ids == block + plain.context_ids
+        else:
+            assert with_block.context_ids == plain.context_ids
+        assert with_block.response_ids == plain.response_ids

@@ -190,7 +190,7 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             st = env["stages"]
             lines += ["| stage | " + " | ".join(f"success `{s}`" for s in splits) + " |",
                       "|---|" + "---:|" * len(splits)]
-            for stage in ("init", "sft", "teacher"):
+            for stage in [s for s in ("init", "sft", "teacher") if s in st]:  # "teacher": older results
                 label = {"init": "random init", "sft": "SFT (start of every RL run)",
                          "teacher": "OPD/SAGE-OPD teacher (longer SFT)"}[stage]
                 lines.append(f"| {label} | " + " | ".join(f"{st[stage][s]['success_rate']:.1%}" for s in splits) + " |")
@@ -199,14 +199,17 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             lines += ["", f"SFT data: {setup['plain_demos']} plain expert games and {setup['hinted_demos']} other games "
                       "whose prompt starts with the privileged block exactly as the self-teacher renders it (3 random "
                       "skills of the starter bank + the environment's expert plan) and whose actions follow the plan. "
-                      f"The teacher: SFT on {setup['teacher_demos']} plain games for {setup['teacher_steps']} steps "
-                      f"(SFT policy: {setup['sft_steps']} steps).", "",
+                      f"SFT: {setup['sft_steps']} steps. OPD's and SAGE-OPD's teacher is this SFT policy, frozen, "
+                      "shown the privileged block (the self-distillation objectives' teacher is the *current* policy "
+                      "with the same block).", "",
                       f"Does the SFT policy use the privileged block? On {hu['episodes']} held-out expert games "
                       f"(`{splits[0]}`), the expert's tokens: mean log-prob {hu['logprob_without']:.3f} without the "
                       f"block -> {hu['logprob_with']:.3f} with it ({uses:+.3f} nats/token); policy's top-1 on "
-                      f"{hu['top1_without']:.1%} -> {hu['top1_with']:.1%} of them. "
-                      + ("**The block is informative to the policy**: the self-teacher is a better player than the "
-                         "student." if uses > 0.05 else "**The block adds (almost) nothing the policy does not already "
+                      f"{hu['top1_without']:.1%} -> {hu['top1_with']:.1%} of them"
+                      + (f"; whole actions that are the policy's greedy choice: {hu['action_top1_without']:.1%} -> "
+                         f"{hu['action_top1_with']:.1%}" if "action_top1_with" in hu else "") + ". "
+                      + ("**The block is informative to the policy**: with it the self-teacher puts more mass on the "
+                         "expert's actions than the student does." if uses > 0.05 else "**The block adds (almost) nothing the policy does not already "
                          "read from its own prompt**, so a self-teacher scores about as the student does (gap near 0)."),
                       ""]
         header = ["objective", "n"] + [f"success `{s}`" for s in splits] + [f"turns/solved `{s}`" for s in splits] + [

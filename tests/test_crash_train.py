@@ -92,7 +92,7 @@ def reference(tmp_path_factory) -> Path:
         # step 2's model files written, its optimizer state and marker not
         pytest.param("checkpoint.write@2", [1], id="mid-checkpoint-write"),
         # before the first checkpoint is complete: --resume plays the run again from step 0
-        pytest.param("checkpoint.write@1", [], id="before-the-first-checkpoint"),
+        pytest.param("checkpoint.write@1", [], marks=pytest.mark.slow, id="before-the-first-checkpoint"),
     ],
 )
 def test_kill_9_then_resume_equals_the_uninterrupted_run(reference, tmp_path, fault, complete):

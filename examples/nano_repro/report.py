@@ -60,6 +60,14 @@ def _mean_curve(runs: list[dict[str, Any]]) -> list[tuple[int, float]]:
     return curve
 
 
+def _prep_times(times: dict[str, float]) -> str:
+    names = {"demos": "demonstrations", "sft": "SFT", "stage_eval": "stage evaluations"}
+    timed = [f"{names[k]} {times[k] / 60:.1f} min" for k in names if k in times]
+    untimed = [names[k] for k in names if k not in times]
+    return ("before them: " + ", ".join(timed) + ("; " if timed and untimed else "")
+            + (f"not timed by this grid (built earlier, reused): {', '.join(untimed)}" if untimed else "") + ".")
+
+
 def compare(stats: dict[str, Any], a: str, b: str, split: str) -> str | None:
     """'beats', 'ahead' (within noise), 'tied', 'behind' or 'loses' for a vs b; None if either is missing."""
     if a not in stats or b not in stats:
@@ -185,6 +193,11 @@ def write_report(results: dict[str, Any], path: Path) -> None:
                      f"episodes, max {setup['max_turns']} turns, lr 2e-4. Final evaluation: greedy, "
                      f"{setup['eval_episodes']} held-out games per split ({', '.join(splits)}); curves: "
                      f"{setup['curve_episodes']} games of `{splits[0]}` every {setup['eval_every']} steps.")
+        if env["runs"]:
+            total = sum(r["wall_s"] for r in env["runs"])
+            lines.append(f"Time: the {len(env['runs'])} RL runs took {total / 60:.0f} process-minutes (training and "
+                         f"final evaluation, one thread each), {total / 120:.0f} min of wall time at `--jobs 2` on 2 cores; "
+                         + _prep_times(env.get("prep_times") or {}))
         lines.append("")
         if env.get("stages"):
             st = env["stages"]

@@ -325,11 +325,13 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def prepare_env(name: str, setup: EnvSetup, out: Path) -> dict[str, Any]:
     """Model, demonstrations, SFT policy and their evaluations (each cached)."""
+    from agentkit.checkpoint import checkpoints
     from agentkit.models import init_model
 
     env_dir = out / name
     env_dir.mkdir(parents=True, exist_ok=True)
-    wall: dict[str, float] = {}
+    times_file = env_dir / "prep_times.json"  # seconds of each stage, recorded by the invocation that ran it
+    wall: dict[str, float] = json.loads(times_file.read_text()) if times_file.exists() else {}
     started = time.perf_counter()
     model_init = env_dir / "model-init"
     if not (model_init / "config.json").exists():
@@ -339,11 +341,12 @@ def prepare_env(name: str, setup: EnvSetup, out: Path) -> dict[str, Any]:
         init_model(model_init, size="tiny", seed=0)
     if not (env_dir / "demos.jsonl").exists():
         write_demos(setup, model_init, env_dir)
-    wall["demos"] = time.perf_counter() - started
+        wall["demos"] = time.perf_counter() - started
     started = time.perf_counter()
     sft = sft_config(setup, model=model_init, demos=env_dir / "demos.jsonl", out=env_dir / "sft", steps=setup.sft_steps)
-    run_training(sft)
-    wall["sft"] = time.perf_counter() - started
+    if checkpoints(Path(sft.out))[-1:] != [setup.sft_steps]:
+        run_training(sft)
+        wall["sft"] = time.perf_counter() - started
     started = time.perf_counter()
     stage_file = env_dir / "stages.json"
     if not stage_file.exists():
@@ -351,7 +354,8 @@ def prepare_env(name: str, setup: EnvSetup, out: Path) -> dict[str, Any]:
         stages = {"init": evaluate_splits(setup, sft, model_init), "sft": evaluate_splits(setup, sft, sft_dir),
                   "hint_use": hint_use(setup, sft_dir, setup.eval_episodes)}
         stage_file.write_text(json.dumps(stages, indent=1))
-    wall["stage_eval"] = time.perf_counter() - started
+        wall["stage_eval"] = time.perf_counter() - started
+    times_file.write_text(json.dumps(wall, indent=1))
     return {**json.loads(stage_file.read_text()), "prep_wall_s": wall}
 
 
@@ -440,8 +444,10 @@ def collect(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         setup = setup_for(name, args.quick)
         stage_file = out / name / "stages.json"
         runs = [json.loads(p.read_text()) for p in sorted((out / name / "runs").glob("*/seed-*/result.json"))]
+        times_file = out / name / "prep_times.json"
         envs[name] = {"setup": dataclasses.asdict(setup), "stages": json.loads(stage_file.read_text())
-                      if stage_file.exists() else None, "runs": runs}
+                      if stage_file.exists() else None, "runs": runs,
+                      "prep_times": json.loads(times_file.read_text()) if times_file.exists() else {}}
     return {"command": " ".join(["examples/nano_repro/run.py", *sys.argv[1:]]), "quick": args.quick,
             "seeds": args.seeds, "variants": args.only, "envs": envs}
 

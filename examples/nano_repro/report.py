@@ -228,8 +228,9 @@ def write_report(results: dict[str, Any], path: Path) -> None:
                       + (f"; whole actions that are the policy's greedy choice: {hu['action_top1_without']:.1%} -> "
                          f"{hu['action_top1_with']:.1%}" if "action_top1_with" in hu else "") + ". "
                       + ("**The block is informative to the policy**: with it the self-teacher puts more mass on the "
-                         "expert's actions than the student does." if informative else "**The block adds (almost) nothing the policy does not already "
-                         "read from its own prompt**, so a self-teacher scores about as the student does (gap near 0)."),
+                         "expert's actions than the student does." if informative else "**The policy does not act on the block**: with it, the expert's "
+                         "actions are not (or hardly) more often its choice, so a self-teacher scores about as the "
+                         "student does."),
                       ""]
         header = ["objective", "n"] + [f"success `{s}`" for s in splits] + [f"turns/solved `{s}`" for s in splits] + [
             "train s/run"]

@@ -264,7 +264,16 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             plot_curves(env_name, env, stats, png)
             lines += [f"![{env_name} curves]({png.name})", ""]
             discussion += verdicts(env_name, env, stats) + [""]
-    lines += ["## Caveats (read before the verdicts)", "",
+    settings = []
+    for env_name, env in results["envs"].items():
+        if env["setup"]["kwargs"].get("goal") == "brief":
+            settings.append(f"- {env_name}: `goal=brief` replaces the instruction that spells out the route with \"Find "
+                            "the coin and take it.\"" + (", and distractor rooms are on (level > 100)"
+                                                            if env["setup"]["kwargs"].get("level", 0) > 100 else "")
+                            + ": the student has to find the way, the privileged expert plan knows it.")
+        if env["setup"].get("context", "chat") == "window":
+            settings.append(f"- {env_name}: window context (the last {env['setup']['window']} turns in each prompt).")
+    lines += ["## Caveats (read before the verdicts)", "", *settings,
               "- Nano scale: a 0.22M-parameter policy, a few hundred rollout episodes per run, and evaluations on a few "
               "dozen games, where one game is several points of success rate. Differences smaller than the seed spread "
               "are noise, and the rule below treats them so.",

@@ -502,7 +502,10 @@ def numpy_int(value: int):
 
 def test_server_runs_as_a_program(corpus_dir):
     command = [sys.executable, "-m", "agentkit.envs.search_qa_server", "--port", "0", "--topk", "2"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    # Ctrl-C as a shell delivers it: SIGINT at its default disposition in the server, whatever the
+    # test process inherited or set (a child inherits an ignored SIGINT, and Python then keeps ignoring it)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()
         url = re.search(r"(http://\S+)/retrieve", line).group(1)
@@ -510,7 +513,14 @@ def test_server_runs_as_a_program(corpus_dir):
         assert len(hits) == 2
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            status = Path(f"/proc/{proc.pid}/status")
+            masks = [line for line in status.read_text().splitlines() if line.startswith("Sig")] if status.exists() else []
+            proc.kill()
+            pytest.fail(f"the server did not stop within 30 s of SIGINT; its signal masks: {masks}")
+        assert code == 0
 
 
 def test_our_server_rejects_bad_requests(server):

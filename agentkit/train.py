@@ -148,9 +148,9 @@ def prepare_run(cfg: TrainConfig, resume: bool) -> tuple[TrainConfig, Path, int 
         steps = checkpoints(run_dir)
         if steps:
             check_complete(run_dir / "checkpoints" / f"step-{steps[-1]}")  # damaged: refused, never loaded
-        elif list((run_dir / "checkpoints").glob("step-*")):  # there, but none complete: never replaced silently
-            raise ConfigError(f"--resume: {run_dir} has no complete checkpoint: "
-                              f"{sorted(p.name for p in (run_dir / 'checkpoints').glob('step-*'))} lack their "
+        elif incomplete := sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")):
+            # there, but none complete: never replaced silently
+            raise ConfigError(f"--resume: {run_dir} has no complete checkpoint: {incomplete} lack their "
                               "COMPLETE marker (damaged, or written by an agentkit without markers). Move them away "
                               "to start the run again from step 0, or choose another --out.")
         original = load_config(saved)

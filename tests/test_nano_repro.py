@@ -84,7 +84,7 @@ def test_hinted_demos_carry_the_block_where_the_self_teacher_puts_it(tiny_model_
     (block,) = ModelTeacher(None, tokenizer, name="self", privileged=PRIVILEGED, bank=bank).prefixes([shown])
     assert "Expert plan from here: " + " > ".join(t.action for t in game.turns) in tokenizer.decode(block)
     assert len(shown.skills) == 3 and len(game.turns) >= 3
-    for i, (plain, with_block) in enumerate(zip(game.turns, shown.turns)):
+    for i, (plain, with_block) in enumerate(zip(game.turns, shown.turns, strict=True)):
         if i == 0 or context == "window":
             assert with_block.context_ids == block + plain.context_ids
         else:

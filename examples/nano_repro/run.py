@@ -91,8 +91,8 @@ ENVS: dict[str, EnvSetup] = {
     # quest length 3 with distractor rooms, and the instruction that spells out the route replaced by
     # "Find the coin and take it.": the privileged expert plan knows the way, the student has to find it
     "textworld": EnvSetup("textworld/coin-v0", {"level": 103, "goal": "brief"}, ("eval",), max_turns=8,
-                          max_new_tokens=16, plain_demos=32, hinted_demos=160, sft_steps=600, rl_steps=16, tasks_per_step=4, group_size=4, eval_every=4,
-                          eval_episodes=32, curve_episodes=16),
+                          max_new_tokens=16, plain_demos=32, hinted_demos=160, sft_steps=600, rl_steps=16,
+                          tasks_per_step=4, group_size=4, eval_every=4, eval_episodes=32, curve_episodes=16),
     # window context (the last 2 turns): shorter prompts than the whole history, and the tiny policy
     # matches more whole expert actions with them (15% vs 4% of held-out expert turns, same demos)
     "alfworld": EnvSetup("alfworld/alfworld-v0", {"task_types": "pick_and_place"}, ("eval_out", "eval_in"),
@@ -184,17 +184,18 @@ def final_checkpoint(run_dir: Path, steps: int) -> Path:
     return run_dir / "checkpoints" / f"step-{steps}"
 
 
-def run_training(cfg) -> Path:
-    """Train, or resume a run that stopped; a finished run is left as it is."""
+def run_training(cfg) -> bool:
+    """Train, or resume a run that stopped; a finished run is left as it is (returns False)."""
     from agentkit.checkpoint import checkpoints
     from agentkit.train import train
 
     run_dir = Path(cfg.out)
     done = checkpoints(run_dir)
     if done and done[-1] >= cfg.train.steps:
-        return run_dir
+        return False
     # a run stopped before its first checkpoint is played again from step 0 by --resume
-    return train(cfg, resume=(run_dir / "config.yaml").exists(), show_progress=False)
+    train(cfg, resume=(run_dir / "config.yaml").exists(), show_progress=False)
+    return True
 
 
 # ---------------------------------------------------------------- demonstrations
@@ -275,7 +276,7 @@ def hint_use(setup: EnvSetup, policy_dir: Path, episodes: int) -> dict[str, floa
         out[f"logprob_{label}"] = float(scores.logprobs[mask].mean())
         out[f"top1_{label}"] = float(is_top1[mask].float().mean())
         # a turn's whole action is the policy's greedy choice: every response token of the turn is top-1
-        turn_keys = batch.episode_index[:, None] * 10_000 + batch.turn_index  # [N, T]
+        turn_keys = batch.episode_index[:, None] * (int(batch.turn_index.max()) + 1) + batch.turn_index  # [N, T]
         keys = turn_keys[mask].unique()
         greedy = [bool(is_top1[mask & (turn_keys == key)].all()) for key in keys]
         out[f"action_top1_{label}"] = sum(greedy) / max(len(greedy), 1)
@@ -325,7 +326,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def prepare_env(name: str, setup: EnvSetup, out: Path) -> dict[str, Any]:
     """Model, demonstrations, SFT policy and their evaluations (each cached)."""
-    from agentkit.checkpoint import checkpoints
     from agentkit.models import init_model
 
     env_dir = out / name
@@ -344,8 +344,7 @@ def prepare_env(name: str, setup: EnvSetup, out: Path) -> dict[str, Any]:
         wall["demos"] = time.perf_counter() - started
     started = time.perf_counter()
     sft = sft_config(setup, model=model_init, demos=env_dir / "demos.jsonl", out=env_dir / "sft", steps=setup.sft_steps)
-    if checkpoints(Path(sft.out))[-1:] != [setup.sft_steps]:
-        run_training(sft)
+    if run_training(sft):
         wall["sft"] = time.perf_counter() - started
     started = time.perf_counter()
     stage_file = env_dir / "stages.json"

@@ -228,9 +228,9 @@ def write_report(results: dict[str, Any], path: Path) -> None:
                       + (f"; whole actions that are the policy's greedy choice: {hu['action_top1_without']:.1%} -> "
                          f"{hu['action_top1_with']:.1%}" if "action_top1_with" in hu else "") + ". "
                       + ("**The block is informative to the policy**: with it the self-teacher puts more mass on the "
-                         "expert's actions than the student does." if informative else "**The policy does not act on the block**: with it, the expert's "
-                         "actions are not (or hardly) more often its choice, so a self-teacher scores about as the "
-                         "student does."),
+                         "expert's actions than the student does." if informative else
+                         "**The policy does not act on the block**: with it, the expert's actions are not (or hardly) "
+                         "more often its choice, so a self-teacher scores about as the student does."),
                       ""]
         header = ["objective", "n"] + [f"success `{s}`" for s in splits] + [f"turns/solved `{s}`" for s in splits] + [
             "train s/run"]
@@ -267,8 +267,10 @@ def write_report(results: dict[str, Any], path: Path) -> None:
     settings = []
     for env_name, env in results["envs"].items():
         if env["setup"]["kwargs"].get("goal") == "brief":
-            settings.append(f"- {env_name}: `goal=brief` replaces the instruction that spells out the route with \"Find "
-                            "the coin and take it.\"" + (", and distractor rooms are on (level > 100)"
+            from agentkit.envs.textworld_env import BRIEF_COIN_GOAL
+
+            settings.append(f"- {env_name}: `goal=brief` replaces the instruction that spells out the route with "
+                            f"\"{BRIEF_COIN_GOAL}\"" + (", and distractor rooms are on (level > 100)"
                                                             if env["setup"]["kwargs"].get("level", 0) > 100 else "")
                             + ": the student has to find the way, the privileged expert plan knows it.")
         if env["setup"].get("context", "chat") == "window":

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from importlib import resources
@@ -158,3 +159,82 @@ def ensure_default_model() -> Path:
         raise ModelError(f"The default model is missing from {path} (a damaged install?). Rebuild it with: "
                          "python examples/recipe_textworld.py --seeds 0 1 2 --install-default, or pass --model DIR.")
     return path
+
+
+# what a model is loaded from; the rest of a hub repository (other weight formats, images) is not fetched
+HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
+
+
+def resolve_model_dir(path: str | os.PathLike, *, flag: str = "--model") -> Path:
+    """The model folder that ``path`` (the value of ``flag``) names, or a ModelError at once.
+
+    - a model folder (with config.json): itself;
+    - a training run folder (``checkpoints/step-N/``, ``config.yaml``): its newest complete
+      checkpoint, with a note on stderr;
+    - a hub id (``org/name``, where ``org`` is no local folder): its copy in the Hugging Face cache,
+      downloaded first unless the hub is offline (``HF_HUB_OFFLINE=1``).
+    Anything else fails here, before any hub lookup, naming the path and the fix.
+    """
+    text = os.fspath(path)
+    given = f"{flag}{text}" if flag.endswith(":") else f"{flag} {text}"  # "--model DIR", "--teacher model:DIR"
+    folder = Path(text).expanduser()
+    if folder.is_dir():
+        if folder.name == "checkpoints" and not (folder / "config.json").exists():
+            folder = folder.parent  # the run's checkpoints folder: the run
+        if (folder / "config.json").exists():
+            return folder
+        if (folder / "checkpoints").is_dir() or (folder / "config.yaml").exists():
+            return _newest_checkpoint(folder, given)
+        raise ModelError(f"{given}: not a model folder (no config.json) and not a training run folder "
+                         "(no checkpoints/). Build a model with: agentkit model init --out DIR")
+    if folder.exists():
+        raise ModelError(f"{given} is a file; give a model folder (one with config.json) or a run folder.")
+    if _looks_like_hub_id(text):
+        return _hub_snapshot(text, given)
+    raise ModelError(f"{given}: no such folder. Give a model folder (one with config.json), a training run "
+                     "folder (its newest checkpoint is used), or build a model with: agentkit model init --out DIR")
+
+
+def _newest_checkpoint(run_dir: Path, given: str) -> Path:
+    from agentkit.checkpoint import checkpoints
+
+    steps = checkpoints(run_dir)
+    if not steps:
+        raise ModelError(f"{given} is a training run folder with no complete checkpoint yet "
+                         f"(checkpoints/step-N with a COMPLETE marker). Continue it with: agentkit train --out {run_dir} "
+                         "--resume, or give a model folder.")
+    newest = run_dir / "checkpoints" / f"step-{steps[-1]}"
+    print(f"{given} is a run folder: using its newest checkpoint, {newest}", file=sys.stderr)
+    return newest
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    """``org/name`` with hub characters, and ``org`` not a local folder (then it is a mistyped path)."""
+    parts = text.split("/")
+    return (len(parts) == 2 and all(part and part[0] not in ".~-" and all(c.isalnum() or c in "-_." for c in part)
+                                    for part in parts)
+            and not Path(parts[0]).exists())
+
+
+def _hub_snapshot(repo_id: str, given: str) -> Path:
+    try:
+        from huggingface_hub import constants, snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError as err:  # transformers depends on it, so only a broken install gets here
+        raise ModelError(f"{given}: no such folder, and huggingface_hub is not installed to look it up "
+                         "on the hub.") from err
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES, local_files_only=True))
+    except LocalEntryNotFoundError:
+        pass
+    if constants.HF_HUB_OFFLINE:
+        raise ModelError(f"{given}: no such folder, and no hub model of that name is in the Hugging Face "
+                         "cache (the hub is offline: HF_HUB_OFFLINE is set). Check the path, or build a model with: "
+                         "agentkit model init --out DIR")
+    print(f"{given}: no such folder; downloading it from the Hugging Face hub", file=sys.stderr)
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
+    except Exception as err:  # noqa: BLE001 - network, auth and not-found errors all mean the same here
+        raise ModelError(f"{given}: no such folder, and it could not be fetched from the Hugging Face hub "
+                         f"({type(err).__name__}: {err}). Check the path, or build a model with: "
+                         "agentkit model init --out DIR") from err

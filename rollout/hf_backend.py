@@ -17,15 +17,38 @@ from safetensors import SafetensorError
 from agentkit.core.errors import ModelError
 
 
+def _local_folder(path: str | Path) -> Path:
+    """``path`` as an existing local folder, else a ModelError naming it and the fix.
+
+    Loading is local only (``local_files_only``): a mistyped path fails here at once instead of
+    being tried as a hub id (which, offline, waits for the network to time out). Hub ids and run
+    folders are turned into folders before this (``agentkit.models.resolve_model_dir``).
+    """
+    folder = Path(path)
+    if not folder.exists():
+        raise ModelError(f"Model folder {path} does not exist. Check the path, or build a model there with: "
+                         f"agentkit model init --out {path}")
+    if not folder.is_dir():
+        raise ModelError(f"{path} is a file, not a model folder (a folder with config.json and the tokenizer).")
+    if not (folder / "config.json").exists() and ((folder / "checkpoints").is_dir() or (folder / "config.yaml").exists()):
+        raise ModelError(f"{path} is a training run folder, not a model folder: pass one of its checkpoints "
+                         f"({path}/checkpoints/step-N), or give the run folder to --model, which uses its newest.")
+    return folder
+
+
 def load_tokenizer(path: str | Path):
     from transformers import AutoTokenizer
 
-    if (Path(path) / "tokenizer.json").exists() and not (Path(path) / "tokenizer_config.json").exists():
+    folder = _local_folder(path)
+    if not (folder / "tokenizer_config.json").exists() and not (folder / "tokenizer.json").exists():
+        raise ModelError(f"{path} has no tokenizer (tokenizer.json, tokenizer_config.json). Build a model folder with: "
+                         "agentkit model init --out DIR")
+    if (folder / "tokenizer.json").exists() and not (folder / "tokenizer_config.json").exists():
         # without it the tokenizer loads, but with the wrong end-of-sequence and padding tokens
         raise ModelError(f"The tokenizer in {path} has no tokenizer_config.json (it names the special tokens); "
                          "copy it back from where the model came from.")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError) as err:
         raise ModelError(f"Could not load a tokenizer from {path}: {err}") from err
     if not getattr(tokenizer, "chat_template", None):
@@ -36,13 +59,14 @@ def load_tokenizer(path: str | Path):
 def load_causal_lm(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     from transformers import AutoModelForCausalLM
 
-    path = Path(path)
-    if not (path / "config.json").exists():
+    folder = _local_folder(path)
+    if not (folder / "config.json").exists():
         raise ModelError(
             f"{path} is not a model folder (no config.json). Build one with: agentkit model init --out {path}"
         )
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True)  # never a pickle
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, use_safetensors=True,  # never a pickle
+                                                     local_files_only=True)
     except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a truncated or corrupt weights file
         raise ModelError(f"Could not load the model in {path}: {err}") from err
     return model.to(device).eval()

@@ -1,0 +1,93 @@
+"""What a new user meets in the first hour: a mistyped model path, a run folder as --model, the
+plot of several runs, Ctrl-C during a rollout."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from agentkit.core.errors import ModelError
+
+
+# =============================================================================================
+# --model paths
+# =============================================================================================
+def fake_run(root: Path, model_dir: Path, steps: list[int], incomplete: list[int] = ()) -> Path:
+    """A training run folder as ``agentkit train`` leaves it: config.yaml and checkpoints/step-N/."""
+    run = root / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("steps: 4\n")
+    for step in [*steps, *incomplete]:
+        folder = run / "checkpoints" / f"step-{step}"
+        shutil.copytree(model_dir, folder)
+        if step in steps:
+            (folder / "COMPLETE").write_text(json.dumps({p.name: p.stat().st_size for p in sorted(folder.iterdir())}))
+    return run
+
+
+@pytest.mark.parametrize("loader", ["load_tokenizer", "load_causal_lm"])
+def test_missing_model_folder_fails_at_once(tmp_path, loader, monkeypatch):
+    """No hub lookup: the error names the path and how to build a model, in seconds."""
+    import agentkit.rollout.hf_backend as hf
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401 - imported before the clock starts
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for given in (tmp_path / "no-such-model", "no-such-model", "runs/tiny-modle"):
+        start = time.monotonic()
+        with pytest.raises(ModelError, match=rf"{re.escape(str(given))} does not exist.*agentkit model init --out"):
+            getattr(hf, loader)(given)
+        assert time.monotonic() - start < 5.0  # a hub lookup offline takes ~50 s
+
+
+def test_loaders_name_a_run_folder(tiny_model_dir, tmp_path):
+    from agentkit.rollout.hf_backend import load_causal_lm, load_tokenizer
+
+    run = fake_run(tmp_path, tiny_model_dir, [1])
+    for loader in (load_tokenizer, load_causal_lm):
+        with pytest.raises(ModelError, match=rf"{re.escape(str(run))} is a training run folder.*checkpoints/step-N"):
+            loader(run)
+
+
+def test_resolve_model_dir(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    from agentkit.models import resolve_model_dir
+
+    assert resolve_model_dir(tiny_model_dir) == tiny_model_dir
+    assert resolve_model_dir(str(tiny_model_dir)) == tiny_model_dir
+    assert capsys.readouterr().err == ""
+
+    run = fake_run(tmp_path, tiny_model_dir, [2, 10], incomplete=[12])
+    for given in (run, run / "checkpoints"):
+        assert resolve_model_dir(given) == run / "checkpoints" / "step-10"
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "newest checkpoint" in err and "step-10" in err
+
+    empty = tmp_path / "empty-run"
+    (empty / "checkpoints" / "step-3").mkdir(parents=True)  # never completed
+    with pytest.raises(ModelError, match=r"no complete checkpoint yet.*--resume"):
+        resolve_model_dir(empty)
+
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(ModelError, match=r"plain: not a model folder \(no config.json\).*agentkit model init"):
+        resolve_model_dir(tmp_path / "plain")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ModelError, match=r"is a file"):
+        resolve_model_dir(tmp_path / "file")
+
+    # mistyped local paths never reach the hub: absolute, nested, relative to an existing folder
+    monkeypatch.chdir(tmp_path)
+    for given in (tmp_path / "modle", "a/b/c", "./modle", "plain/modle", "modle"):
+        start = time.monotonic()
+        with pytest.raises(ModelError, match=rf"--teacher model:{re.escape(str(given))}: no such folder.*model init"):
+            resolve_model_dir(given, flag="--teacher model:")
+        assert time.monotonic() - start < 5.0  # a hub lookup offline takes ~50 s
+
+    # an org/name id not in the cache, with the hub offline: at once, saying so
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    with pytest.raises(ModelError, match=r"--model no-such-org/no-such-model: no such folder.*HF_HUB_OFFLINE"):
+        resolve_model_dir("no-such-org/no-such-model")

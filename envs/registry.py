@@ -57,6 +57,10 @@ _BUILTINS += [
     PluginSpec("webshop/original-v0", _WEBSHOP, "search", defaults=(("source", "original"),),
                description="WebShop on the original data files (data_dir or WEBSHOP_DATA; goals human|synthetic)"),
 ]
+_BUILTINS += [  # pure Python, no extra: the core tests' environment
+    PluginSpec("vaults/vaults-v0", "agentkit.envs.vaults_env:VaultsEnv",
+               description="Vaults: family rules for the right exit, learnable from skills (families, chambers, exits, moves)"),
+]
 for _spec in _BUILTINS:
     REGISTRY.register(_spec)
 

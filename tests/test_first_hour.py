@@ -91,3 +91,46 @@ def test_resolve_model_dir(tiny_model_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(ModelError, match=r"--model no-such-org/no-such-model: no such folder.*HF_HUB_OFFLINE"):
         resolve_model_dir("no-such-org/no-such-model")
+
+
+# =============================================================================================
+# agentkit plot
+# =============================================================================================
+def write_run(folder: Path, metrics: list[dict], evals: list[dict]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
+    (folder / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    return folder
+
+
+def test_plot_one_colour_per_run_and_demonstrations_apart(tmp_path):
+    from matplotlib.colors import to_hex
+
+    from agentkit.plots import DEMOS, figure, plot_runs
+
+    # run "sft": two steps on demonstrations (the expert's 100%), then two on its own rollouts;
+    # run "grpo" has a metric the other lacks, so its series is first in that panel
+    sft = write_run(tmp_path / "sft", [
+        {"step": s, "data": "demonstrations" if s <= 2 else "rollouts", "success_rate": 1.0 if s <= 2 else 0.25,
+         "return_mean": 1.0, "loss": 1.0 / s} for s in (1, 2, 3, 4)], [{"step": 4, "success_rate": 0.5}])
+    grpo = write_run(tmp_path / "grpo", [
+        {"step": s, "data": "rollouts", "success_rate": 0.5, "return_mean": 0.5, "loss": 0.1, "kl": 0.01}
+        for s in (1, 2)], [{"step": 2, "success_rate": 0.5}])
+    fig, data = figure([sft, grpo])
+    colours: dict[str, set[str]] = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            colours.setdefault(line.get_label().removesuffix(DEMOS), set()).add(to_hex(line.get_color()))
+    assert set(colours) == {"sft", "grpo"}
+    assert all(len(c) == 1 for c in colours.values()) and colours["sft"] != colours["grpo"], colours
+    success = {s.label: s.points for s in data["success_rate"]}
+    assert success == {"sft": [(3, 0.25), (4, 0.25)], "sft" + DEMOS: [(1, 1.0), (2, 1.0)], "grpo": [(1, 0.5), (2, 0.5)]}
+    assert [s.label for s in data["loss"]] == ["sft", "grpo"]  # the loss on demonstrations is the policy's own
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[:2] == ["sft", "grpo"] and "demonstrations" in legend[2]
+
+    from PIL import Image
+
+    out = plot_runs([sft, grpo], tmp_path / "curves.png")
+    drawn = json.loads(Image.open(out).text["Description"])
+    assert drawn["success_rate"] == {"sft": 2, "sft" + DEMOS: 2, "grpo": 2} and drawn["kl"] == {"grpo": 2}

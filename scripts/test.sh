@@ -22,7 +22,28 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 python3 -m pip install -q -c constraints.txt -e '.[textworld,alfworld,scienceworld,search,pyserini,ray,distributed,openai,dev]'
 export AGENTKIT_REQUIRE_BROWSER=1  # the browser tests fail, not skip, without Chromium here
 export AGENTKIT_ARTIFACTS="${AGENTKIT_ARTIFACTS:-artifacts}"  # screenshots of the report, plots
-python3 -m pytest -q "$@"
+# The default suite deselects the slow tests (pyproject's addopts: -m 'not slow'); they run second, in
+# their own call. Both stages run even when the first fails, so one CI run reports every failure.
+# Exit code 5 (no test selected) is no failure for one stage (arguments like a single test file
+# may hold no slow test), only when neither stage selected anything.
+status=0
+selected=0
+for stage in default slow; do
+  marker=""
+  if [ "$stage" = slow ]; then marker=slow; fi
+  rc=0
+  python3 -m pytest -q ${marker:+-m "$marker"} "$@" || rc=$?
+  case "$rc" in
+    0) selected=1 ;;
+    5) echo "scripts/test.sh: no $stage tests selected" >&2 ;;
+    *) selected=1; status=$rc; echo "scripts/test.sh: the $stage tests failed (pytest exit code $rc)" >&2 ;;
+  esac
+done
+if [ "$selected" = 0 ]; then
+  echo "scripts/test.sh: no tests selected by: pytest $*" >&2
+  exit 5
+fi
+[ "$status" = 0 ] || exit "$status"
 
 # vLLM stage: the CPU build of vLLM pins torch and transformers, so it lives in its own virtual
 # environment (made once, reused: ~1-8 min the first time) that also sees this Python's packages

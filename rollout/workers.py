@@ -13,8 +13,11 @@ registered at run time, and environments too cheap to be worth a process). ``Ray
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing as mp
+import signal
+import threading
 import time
 import traceback
 from collections import deque
@@ -142,7 +145,13 @@ def close_all(envs: dict[int, Env]) -> None:
 
 
 def _worker_main(conn: Connection, make_env: Callable[[], Env]) -> None:
-    """A worker process: builds environments on first use of a slot, serves requests in order."""
+    """A worker process: builds environments on first use of a slot, serves requests in order.
+
+    Ctrl-C in a terminal sends SIGINT to the whole process group, workers included: they ignore
+    it (from their start, see ``_sigint_ignored``) and leave stopping to the parent, which closes
+    them, so an interrupted rollout prints the parent's one line and no worker tracebacks.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     envs: dict[int, Env] = {}
     while True:
         try:
@@ -168,11 +177,27 @@ class _Request:
     started: float  # when the worker began on it (or when it was queued behind nothing)
 
 
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ignore SIGINT while a worker starts, so the new interpreter inherits the ignored disposition
+    and a Ctrl-C while it is still importing its environment prints nothing either. (Python leaves
+    an inherited SIG_IGN in place; only the main thread may change signal handlers.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
+
+
 class _Worker:
     def __init__(self, ctx, make_env: Callable[[], Env], index: int) -> None:
         parent, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=_worker_main, args=(child, make_env), name=f"agentkit-env-{index}", daemon=True)
-        self.process.start()
+        with _sigint_ignored():
+            self.process.start()
         child.close()
         self.conn = parent
         self.queue: deque[_Request] = deque()

@@ -4,8 +4,12 @@ plot of several runs, Ctrl-C during a rollout."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -134,3 +138,78 @@ def test_plot_one_colour_per_run_and_demonstrations_apart(tmp_path):
     out = plot_runs([sft, grpo], tmp_path / "curves.png")
     drawn = json.loads(Image.open(out).text["Description"])
     assert drawn["success_rate"] == {"sft": 2, "sft" + DEMOS: 2, "grpo": 2} and drawn["kl"] == {"grpo": 2}
+
+
+# =============================================================================================
+# Ctrl-C
+# =============================================================================================
+def interrupt_group(args: list[str], started, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``args`` in its own process group, and once ``started()`` is true send SIGINT to the
+    whole group, as a terminal's Ctrl-C does."""
+    # SIGINT at its default disposition, as from a shell (an ignored one would be inherited)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + timeout
+        while not started() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, f"it ended before it was interrupted: {proc.communicate()}"
+        assert started(), f"not started within {timeout} s"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+POOL_SCRIPT = """
+import functools, sys
+from agentkit.envs import make
+from agentkit.rollout.workers import WorkerPool
+if __name__ == "__main__":
+    pool = WorkerPool(functools.partial(make, "textworld/coin-v0", split="train", max_turns=1000), 2)
+    try:
+        for slot in range(4):
+            pool.submit(slot, "reset", slot)
+        while True:  # step all four episodes forever
+            for result in pool.poll(1.0):
+                pool.submit(result.slot, "step", "look")
+                print("stepped", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+    finally:
+        pool.close()
+"""
+
+
+def test_ctrl_c_leaves_worker_processes_quiet(tmp_path):
+    """The workers get the terminal's SIGINT too: they ignore it, the parent closes them."""
+    pytest.importorskip("textworld")
+    script = tmp_path / "pool.py"
+    script.write_text(POOL_SCRIPT)
+    log = tmp_path / "stdout"
+    with log.open("w") as stdout:
+        proc = subprocess.Popen([sys.executable, str(script)], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 300
+        while log.read_text().count("stepped") < 20 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err.strip() == "interrupted", err
+
+
+def test_ctrl_c_in_rollout_prints_one_line_and_the_resume_hint(tmp_path):
+    """``agentkit rollout`` with two env workers, interrupted once episodes are being played."""
+    pytest.importorskip("textworld")
+    out = tmp_path / "rollout.jsonl"
+    cmd = [sys.executable, "-m", "agentkit.cli", "rollout", "--env", "textworld/coin-v0", "--env-workers", "2",
+           "--episodes", "200", "--max-in-flight", "4", "--out", str(out)]
+    done = interrupt_group(cmd, lambda: out.exists() and out.stat().st_size > 0)
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and "--resume" in lines[0] and str(out) in lines[0], done.stderr
+    assert done.returncode == 130

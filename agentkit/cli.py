@@ -27,31 +27,58 @@ def _quiet_hf() -> None:
     hf_logging.disable_progress_bar()
 
 
+# -- settings -----------------------------------------------------------------------------------
+def _add_settings(parser: argparse.ArgumentParser, model, *, skip: frozenset[str] = frozenset()) -> None:
+    """Every setting of ``model`` as a flag, plus --config and --set (the same keys as YAML)."""
+    from agentkit.core.config import add_settings_arguments
+
+    parser.add_argument("--config", help="YAML file of settings (the keys of --set, as sections).")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="Set any setting by its key, e.g. --set env.max_turns=12 (repeatable; flags win).")
+    add_settings_arguments(parser, model, skip=skip)
+
+
+def _settings(args: argparse.Namespace, model, *, what: str):
+    from agentkit.core.config import load_settings, settings_from_args
+
+    return load_settings(model, args.config, args.set, settings_from_args(args, model), what=what)
+
+
+def _given(args: argparse.Namespace, model) -> dict:
+    from agentkit.core.config import settings_from_args
+
+    given = settings_from_args(args, model)
+    for item in args.set or []:
+        from agentkit.core.config import parse_assignment
+
+        key, value = parse_assignment(item)
+        given.setdefault(key, value)
+    return given
+
+
+def _model_dir(model: str | None) -> Path:
+    from agentkit.models import ensure_default_model, resolve_model_dir
+
+    return resolve_model_dir(model) if model else ensure_default_model()
+
+
 # -- rollout ----------------------------------------------------------------------------------
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from agentkit.core.config import build_config
     from agentkit.rollout.config import RolloutConfig
+    from agentkit.rollout.run import resolve_env
 
-    values = {k: v for k, v in vars(args).items() if k in RolloutConfig.model_fields}
-    values["env_kwargs"] = _parse_kv(args.env_kwargs or [])
-    cfg = build_config(RolloutConfig, values)
+    cfg = _settings(args, RolloutConfig, what="rollout settings")
+    cfg = cfg.model_copy(update={"env": resolve_env(cfg.env)})
     _quiet_hf()
-    from rich.console import Console
-
-    from agentkit.models import ensure_default_model
     from agentkit.rollout.run import check_output, default_out_path, run_rollout
+    from agentkit.skillbank import policy_selector
 
     out = Path(cfg.out) if cfg.out else default_out_path()
     check_output(out, append=cfg.append, overwrite=cfg.overwrite, resume=cfg.resume)
-    console = Console(stderr=True)
-    if cfg.model:
-        model_dir = Path(cfg.model)
-    else:
-        with console.status("Building the default tiny model (first use only)..."):
-            model_dir = ensure_default_model()
+    model_dir = _model_dir(cfg.model)
     from tqdm import tqdm
 
-    bar = tqdm(total=cfg.episodes * cfg.group_size, desc=f"rollout {cfg.env}", unit="ep", disable=args.quiet)
+    bar = tqdm(total=cfg.episodes * cfg.group_size, desc=f"rollout {cfg.env.id}", unit="ep", disable=args.quiet)
 
     def progress(trajectory, stats) -> None:
         bar.update(1)
@@ -62,10 +89,18 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     def on_resume(plan) -> None:
         plans.append(plan)
         bar.reset(total=len(plan.remaining))
-        bar.set_description(f"rollout {cfg.env} (resumed, {plan.done} already done)")
+        bar.set_description(f"rollout {cfg.env.id} (resumed, {plan.done} already done)")
 
     try:
-        stats, out = run_rollout(cfg, model_dir, progress=progress, out=out, on_resume=on_resume)
+        stats, out = run_rollout(cfg, model_dir, progress=progress, out=out, on_resume=on_resume,
+                                 skills=policy_selector(cfg.skills, env_id=cfg.env.id, seed=cfg.seed))
+    except KeyboardInterrupt:
+        bar.close()
+        again = " ".join(["agentkit", *sys.argv[1:]] if "--out" in sys.argv else ["agentkit", *sys.argv[1:], "--out", str(out)])
+        again = again if "--resume" in again else again + " --resume"
+        print(f"agentkit: interrupted; the finished episodes are in {out}. Complete the rollout with: {again}",
+              file=sys.stderr)
+        return 130
     finally:
         bar.close()
     console = _stdout_console()
@@ -73,7 +108,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         console.print(f"nothing to resume: {out} already holds all {plans[0].done} trajectories of this command"
                       + _torn_note(plans[0]))
         return 0
-    _print_summary(console, cfg.env, stats, out, resumed=plans[0] if plans else None)
+    _print_summary(console, cfg.env.id, stats, out, resumed=plans[0] if plans else None)
+    console.print(f"next: agentkit view {out} --out report.html  (browse the episodes)")
     return 0
 
 
@@ -91,7 +127,7 @@ def _stdout_console():
     return console
 
 
-def _print_summary(console, env_id: str, stats, out: Path, *, resumed=None) -> None:
+def _print_summary(console, env_id: str, stats, out: Path | None, *, resumed=None) -> None:
     from rich.table import Table
 
     table = Table(title=f"agentkit rollout: {env_id}")
@@ -101,6 +137,8 @@ def _print_summary(console, env_id: str, stats, out: Path, *, resumed=None) -> N
                   f"{stats.invalid_rate:.1%}", f"{stats.tokens_per_s:.0f}", f"{stats.env_steps_per_s:.1f}")
     console.print(table)
     note = f" ({stats.errors} ended by errors)" if stats.errors else ""
+    if out is None:
+        return
     if resumed is not None:
         console.print(f"resumed {out}: {resumed.done} trajectories were already there, played and appended "
                       f"{stats.episodes}{note}; it now holds {resumed.done + stats.episodes}" + _torn_note(resumed))
@@ -159,67 +197,73 @@ def cmd_model_init(args: argparse.Namespace) -> int:
 
 # -- training -----------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
-    from agentkit.train_config import describe_config, load_config
+    from agentkit.train_config import TrainConfig, describe_config, load_config
 
     if args.help_config:
-        print("Settings (--config YAML sections, or --set KEY=VALUE):\n" + describe_config(args.objective))
+        print("Settings (--config YAML sections, --set KEY=VALUE, or the flags shown):\n"
+              + describe_config(args.objective_name))
         return 0
-    cfg = load_config(args.config, args.set, **{
-        "objective.name": args.objective, "env.id": args.env, "model": args.model, "out": args.out,
-        "train.steps": args.steps, "rollout.group_size": args.group_size,
-        "rollout.tasks_per_step": args.tasks_per_step, "train.demos": args.demos, "seed": args.seed,
-        "teacher.spec": args.teacher, "skills.bank": args.skills, "skills.retrieval": args.retrieval,
-    })
+    from agentkit.core.config import settings_from_args
+
+    given = _given(args, TrainConfig)
+    cfg = load_config(args.config, args.set, settings_from_args(args, TrainConfig))
     _quiet_hf()
     from agentkit.train import train
 
-    run_dir = train(cfg, resume=args.resume, show_progress=not args.quiet)
+    result = train(cfg, resume=args.resume, show_progress=not args.quiet, given=given)
     if os.environ.get("RANK", "0") == "0":  # once, not per training process
-        print(f"run folder: {run_dir} (metrics.jsonl, eval.jsonl, checkpoints/, curves.png)")
+        print(result.summary())
     return 0
 
 
 def cmd_demos(args: argparse.Namespace) -> int:
-    if args.episodes <= 0:
-        raise ConfigError(f"--episodes must be positive, got {args.episodes}.")
+    from agentkit.rollout.config import DemosConfig
+    from agentkit.rollout.run import resolve_env
+
+    cfg = _settings(args, DemosConfig, what="demos settings")
+    cfg = cfg.model_copy(update={"env": resolve_env(cfg.env)})
     _quiet_hf()
-    from agentkit.envs.registry import parses_own_actions
-    from agentkit.models import ensure_default_model
     from agentkit.rollout.demos import write_demonstrations
     from agentkit.rollout.hf_backend import load_tokenizer
     from agentkit.rollout.run import check_output, env_factory
 
-    out = Path(args.out)
-    check_output(out, append=args.append, overwrite=args.overwrite)
-    tokenizer = load_tokenizer(args.model or ensure_default_model())
-    make_env = env_factory(args.env, split=args.split, max_turns=args.max_turns, env_kwargs=_parse_kv(args.env_kwargs or []))
-    mode = "append" if args.append else "overwrite" if args.overwrite else "new"
+    out = Path(cfg.out)
+    check_output(out, append=cfg.append, overwrite=cfg.overwrite)
+    tokenizer = load_tokenizer(_model_dir(cfg.model))
+    make_env = env_factory(cfg.env.id, split=cfg.split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
+    mode = "append" if cfg.append else "overwrite" if cfg.overwrite else "new"
+    from tqdm import tqdm
+
+    seeds = tqdm(range(cfg.seed, cfg.seed + cfg.episodes), desc=f"demos {cfg.env.id}", unit="ep", disable=args.quiet)
     written, lost = write_demonstrations(
-        make_env, tokenizer, out, env_id=args.env, seeds=range(args.seed, args.seed + args.episodes), split=args.split,
-        mode=mode, context=args.context, parses_actions=parses_own_actions(args.env), model=str(args.model or "expert"))
+        make_env, tokenizer, out, env_id=cfg.env.id, seeds=seeds, split=cfg.split, mode=mode,
+        context=cfg.context, model=str(cfg.model or "expert"))
     print(f"wrote {written} expert demonstrations to {out}" + (f" ({lost} lost episodes skipped)" if lost else ""))
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agentkit.core.config import build_config
-    from agentkit.rollout.config import RolloutConfig
+    from agentkit.rollout.config import EvalConfig
+    from agentkit.rollout.run import held_out_split, resolve_env
 
-    values = {"env": args.env, "model": args.model, "episodes": args.episodes, "split": args.split,
-              "max_turns": args.max_turns, "temperature": 0.0, "env_kwargs": _parse_kv(args.env_kwargs or []),
-              "env_workers": args.env_workers, "out": args.out, "overwrite": bool(args.out),
-              "skills": args.skills, "retrieval": args.retrieval}
-    cfg = build_config(RolloutConfig, {k: v for k, v in values.items() if v is not None})
+    cfg = _settings(args, EvalConfig, what="eval settings")
+    cfg = cfg.model_copy(update={"env": resolve_env(cfg.env), "split": cfg.split or held_out_split(cfg.env.id)})
     _quiet_hf()
-    import tempfile
+    from agentkit.rollout.run import check_output, run_eval
+    from agentkit.skillbank import policy_selector
 
-    from agentkit.models import ensure_default_model
-    from agentkit.rollout.run import run_rollout
+    out = Path(cfg.out) if cfg.out else None
+    if out is not None:
+        check_output(out, append=cfg.append, overwrite=cfg.overwrite)
+    from tqdm import tqdm
 
-    model_dir = Path(cfg.model) if cfg.model else ensure_default_model()
-    with tempfile.TemporaryDirectory() as tmp:
-        stats, out = run_rollout(cfg, model_dir, out=Path(cfg.out) if cfg.out else Path(tmp) / "eval.jsonl")
-        _print_summary(_stdout_console(), f"{cfg.env} ({cfg.split}, greedy)", stats, out)
+    bar = tqdm(total=cfg.episodes, desc=f"eval {cfg.env.id} ({cfg.split})", unit="ep", disable=args.quiet)
+    try:
+        stats = run_eval(cfg, _model_dir(cfg.model), out=out, progress=lambda t, s: bar.update(1),
+                         skills=policy_selector(cfg.skills, env_id=cfg.env.id, seed=cfg.seed))
+    finally:
+        bar.close()
+    _print_summary(_stdout_console(), f"{cfg.env.id} ({cfg.split}, greedy)", stats, out)
     return 0
 
 
@@ -286,6 +330,7 @@ def cmd_skills_retrieve(args: argparse.Namespace) -> int:
 
 def cmd_skills_extract(args: argparse.Namespace) -> int:
     from agentkit.core.jsonl import read_trajectories
+    from agentkit.rollout.backend import chat_completer
     from agentkit.rollout.hf_backend import HFBackend
     from agentkit.skillbank import SkillBank, resolve_bank
     from agentkit.skillbank.extract import extract_skills
@@ -298,7 +343,7 @@ def cmd_skills_extract(args: argparse.Namespace) -> int:
     trajectories = read_trajectories(args.trajectories)
     path = resolve_bank(args.bank)
     bank = SkillBank.load(path) if path.exists() else SkillBank(path=path)
-    report = extract_skills(trajectories, bank, HFBackend(arg), max_new_tokens=args.max_new_tokens,
+    report = extract_skills(trajectories, bank, chat_completer(HFBackend(arg), args.max_new_tokens),
                             dedup_threshold=args.dedup, source=str(args.trajectories))
     if report.added:
         bank.save(path)
@@ -311,17 +356,17 @@ def cmd_skills_extract(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from agentkit import __version__
-    from agentkit.core.config import add_config_arguments
-    from agentkit.rollout.config import RolloutConfig
+    from agentkit.rollout.config import DemosConfig, EvalConfig, RolloutConfig
+    from agentkit.train_config import TrainConfig
 
     parser = argparse.ArgumentParser(prog="agentkit", description="Train LLM agents on multi-turn text environments.")
     parser.add_argument("--version", action="version", version=f"agentkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("rollout", help="Play episodes with a policy and write trajectories (JSONL).",
-                       description="Play episodes with a policy and write turn-segmented, token-exact trajectories.")
-    add_config_arguments(p, RolloutConfig, skip={"env_kwargs"})
-    p.add_argument("--env-kwargs", nargs="*", metavar="KEY=VALUE", help="Environment settings, e.g. level=10 rewards=sparse.")
+                       description="Play episodes with a policy and write turn-segmented, token-exact trajectories. "
+                                   "Every setting has a flag and a --set key (the same in train, eval and demos).")
+    _add_settings(p, RolloutConfig)
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
     p.set_defaults(func=cmd_rollout)
 
@@ -335,53 +380,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-kwargs", nargs="*", metavar="KEY=VALUE", help="Environment settings.")
     p.set_defaults(func=cmd_envs_check)
 
-    p = sub.add_parser("train", help="Train a policy (SFT, GRPO, ...) with one explicit loop.",
-                       description="Train a policy. Settings: --config YAML, then --set section.key=value, then the flags below.")
-    p.add_argument("--objective", help="Objective name (agentkit objectives list). Default: grpo.")
-    p.add_argument("--env", help="Environment id. Default: textworld/coin-v0.")
-    p.add_argument("--model", help="Initial policy folder. Default: the tiny default model.")
-    p.add_argument("--out", help="Run folder. Default: runs/train.")
-    p.add_argument("--config", help="YAML config (sections: env, rollout, objective, train, eval, checkpoint).")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="Override, e.g. --set train.lr=1e-5 (repeatable).")
-    p.add_argument("--steps", type=int, help="Training steps.")
-    p.add_argument("--group-size", type=int, help="Episodes per task.")
-    p.add_argument("--tasks-per-step", type=int, help="Tasks per step.")
-    p.add_argument("--demos", help="Demonstrations JSONL for objectives that train on them (sft).")
-    p.add_argument("--teacher", help="Teacher for distillation objectives: self | model:DIR | vllm:DIR | openai:URL[#MODEL] (default: the objective's).")
-    p.add_argument("--skills", help="Skill bank (file or starter name; default: the env family's starter bank).")
-    p.add_argument("--retrieval", help="Skill retrieval: ucb | keyword | full | random (default: ucb).")
-    p.add_argument("--seed", type=int, help="Run seed.")
-    p.add_argument("--resume", action="store_true", help="Continue the run in --out from its last complete checkpoint.")
+    p = sub.add_parser("train", help="Train a policy (SFT, GRPO, OPD, SDAR, SAGE-OPD, ...) with one explicit loop.",
+                       description="Train a policy. Settings: --config YAML, then --set section.key=value, then the "
+                                   "flags below (every setting has one). --help-config lists them by key.")
+    _add_settings(p, TrainConfig)
+    p.add_argument("--resume", action="store_true",
+                   help="Continue the run in --out from its last complete checkpoint with its saved settings "
+                        "(--steps may extend it; other settings given are ignored, and named).")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
     p.add_argument("--help-config", action="store_true",
-                   help="Print every setting with its default and meaning (with --objective: its args too), then exit.")
+                   help="Print every setting with its key, flag, default and meaning (with --objective: its args too), then exit.")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("demos", help="Write expert demonstrations as trajectories (for SFT).")
-    p.add_argument("--env", required=True, help="Environment id.")
-    p.add_argument("--episodes", type=int, default=64, help="Tasks to demonstrate.")
-    p.add_argument("--out", required=True, help="Output JSONL.")
-    p.add_argument("--model", help="Tokenize with this model's tokenizer (default: the tiny default model).")
-    p.add_argument("--split", default="train", help="Task split.")
-    p.add_argument("--seed", type=int, default=0, help="First task seed.")
-    p.add_argument("--max-turns", type=int, default=50, help="Longest demonstration.")
-    p.add_argument("--context", default="chat", choices=["chat", "window"], help="Context mode the policy will use.")
-    p.add_argument("--env-kwargs", nargs="*", metavar="KEY=VALUE", help="Environment settings.")
-    p.add_argument("--append", action="store_true", help="Append to an existing file.")
-    p.add_argument("--overwrite", action="store_true", help="Replace an existing file.")
+    p = sub.add_parser("demos", help="Write expert demonstrations as trajectories (for SFT).",
+                       description="Play the environment's expert plans and write them as trajectories, in the "
+                                   "context mode the policy will be trained with.")
+    _add_settings(p, DemosConfig)
+    p.add_argument("--quiet", action="store_true", help="No progress bar.")
     p.set_defaults(func=cmd_demos)
 
-    p = sub.add_parser("eval", help="Greedy evaluation of a model on an environment split.")
-    p.add_argument("--env", required=True, help="Environment id.")
-    p.add_argument("--model", help="Model folder (default: the tiny default model).")
-    p.add_argument("--episodes", type=int, default=32, help="Tasks (seeds 0..N-1 of the split).")
-    p.add_argument("--split", default="eval", help="Split to evaluate on.")
-    p.add_argument("--max-turns", type=int, default=8, help="Turns per episode.")
-    p.add_argument("--env-workers", type=int, help="Environment worker processes.")
-    p.add_argument("--env-kwargs", nargs="*", metavar="KEY=VALUE", help="Environment settings.")
-    p.add_argument("--out", help="Also write the trajectories here.")
-    p.add_argument("--skills", help="Skill bank whose retrieved skills the policy sees (skill_grpo policies).")
-    p.add_argument("--retrieval", help="Skill retriever with --skills (default: keyword).")
+    p = sub.add_parser("eval", help="Greedy evaluation of a model on an environment's held-out split.",
+                       description="Greedy evaluation. Give the context settings the policy was trained with "
+                                   "(--context, --window, --max-new-tokens, --max-turns, --env-kwargs).")
+    _add_settings(p, EvalConfig)
+    p.add_argument("--quiet", action="store_true", help="No progress bar.")
     p.set_defaults(func=cmd_eval)
 
     objectives = sub.add_parser("objectives", help="List objectives.").add_subparsers(dest="objectives_command", metavar="SUBCOMMAND")

@@ -1,8 +1,13 @@
-"""The training loop: one explicit function, read top to bottom.
+"""The training loop: one explicit loop, read top to bottom, each phase a function of this file.
 
-    for step: rollouts -> objective.prepare -> (reference logprobs) -> minibatch updates with a
-              token budget per micro-batch -> sync weights to the generation backend ->
-              periodic greedy evaluation -> checkpoint
+    setup, then for step:
+        collect     rollouts (or this step's demonstrations)
+        score       the teacher and the judge (no gradients), objective.prepare -> token batch,
+                    reference logprobs
+        update      minibatch updates with a token budget per micro-batch
+        sync        weights to the generation backend
+        evaluate    periodic greedy evaluation
+        checkpoint  atomic checkpoint of weights, optimizer, RNG and loop state
 
 Every random choice is a function of (seed, step): the tasks of a step, each episode's sampling
 seeds, the minibatch order. So a run resumed from its step-N checkpoint continues exactly as the
@@ -25,8 +30,8 @@ from the last complete checkpoint (``agentkit.checkpoint`` writes them atomicall
 eval and trajectory files of the steps after it are dropped and played again. An update whose loss
 or gradient is NaN/inf is skipped and counted (``skipped_updates``); ``train.max_bad_updates`` in a
 row stop the run, after that step's metrics line. An environment that raises, dies or hangs ends
-its episode with the error recorded; ``env.max_consecutive_errors`` such episodes in a row stop the
-run. ``agentkit.core.faults`` names the moments the crash tests kill the loop at.
+its episode with the error recorded; ``env.max_errors`` such episodes in a row stop the run, and
+a step whose every episode failed stops it with the episodes' own error. ``agentkit.core.faults`` names the moments the crash tests kill the loop at.
 """
 
 from __future__ import annotations
@@ -38,24 +43,25 @@ import os
 import random
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from agentkit.checkpoint import check_complete, checkpoints, load_training_state, save_checkpoint
-from agentkit.core.errors import ConfigError, TrainingDivergedError
+from agentkit.core.errors import ConfigError, EnvError, TrainingDivergedError
 from agentkit.core.faults import fault_active, fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
-from agentkit.objectives import make_objective, policy_logprobs
-from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
+from agentkit.core.settings import GenerationSettings
+from agentkit.objectives import Capabilities, make_objective, policy_logprobs
+from agentkit.rollout import EpisodeSpec
 from agentkit.rollout.collector import RolloutStats
 from agentkit.rollout.hf_backend import HFBackend, load_causal_lm, load_tokenizer
-from agentkit.rollout.run import env_factory
-from agentkit.rollout.workers import make_env_runner
+from agentkit.rollout.run import held_out_split, make_collector, make_envs, resolve_env, sampling_params
+from agentkit.scoring import build_teacher_and_judge, score_step
 from agentkit.signals import episode_signals
-from agentkit.train_config import TrainConfig, dump_config, load_config
+from agentkit.train_config import TrainConfig, TrainSection, dump_config, load_config
 
 
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -106,20 +112,12 @@ def _summary(stats: RolloutStats) -> dict[str, float]:
             "invalid_rate": stats.invalid_rate, "rollout_tokens_per_s": stats.tokens_per_s}
 
 
-def _make_envs(cfg: TrainConfig, split: str):
-    make_env = env_factory(cfg.env.id, split=split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
-    return make_env_runner(make_env, cfg.env.workers, ray=cfg.env.ray)
-
-
-def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> RolloutStats:
-    """Greedy episodes on seeds 0..episodes-1 of the eval split (``skills``: a ``SkillSelector``
-    for policies that see retrieved skills)."""
-    collector = Collector(backend, envs, env_id=cfg.env.id, split=cfg.env.eval_split,
-                          sampling=SamplingParams(temperature=0.0, max_new_tokens=cfg.rollout.max_new_tokens),
-                          context=cfg.rollout.context, window=cfg.rollout.window,
-                          show_admissible=cfg.rollout.show_admissible, skills=skills,
-                          max_consecutive_errors=cfg.env.max_consecutive_errors)
-    return collector.run([EpisodeSpec(seed) for seed in range(episodes)], lambda t: None)
+def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the environment's own defaults filled in (turn limit, held-out split), as the
+    run's config.yaml records them."""
+    env = resolve_env(cfg.env)
+    return cfg.model_copy(update={"env": env, "eval": cfg.eval.model_copy(
+        update={"split": cfg.eval.split or held_out_split(env.id)})})
 
 
 def load_skill_bank(cfg: TrainConfig, run_dir: Path, saved: dict[str, Any] | None):
@@ -139,7 +137,18 @@ def load_skill_bank(cfg: TrainConfig, run_dir: Path, saved: dict[str, Any] | Non
     return bank
 
 
-def prepare_run(cfg: TrainConfig, resume: bool) -> tuple[TrainConfig, Path, int | None]:
+def _never_started(run_dir: Path) -> bool:
+    """A run folder that holds no finished step: no checkpoint and no metrics line (it failed
+    before its first step); starting a run there again loses nothing."""
+    if not (run_dir / "config.yaml").exists() or (run_dir / "checkpoints").exists():
+        return False
+    metrics = run_dir / "metrics.jsonl"
+    return not (metrics.exists() and metrics.read_text().strip())
+
+
+def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = None) -> tuple[TrainConfig, Path, int | None]:
+    """The run folder and its settings. On resume, the saved config.yaml is the run's: only
+    ``train.steps`` may change (when given), and any other setting given is named as ignored."""
     run_dir = Path(cfg.out)
     if resume:
         saved = run_dir / "config.yaml"
@@ -154,8 +163,14 @@ def prepare_run(cfg: TrainConfig, resume: bool) -> tuple[TrainConfig, Path, int 
                               "COMPLETE marker (damaged, or written by an agentkit without markers). Move them away "
                               "to start the run again from step 0, or choose another --out.")
         original = load_config(saved)
-        # only the length of the run may change on resume
-        cfg = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
+        given = dict(given or {})
+        if "train.steps" in given:  # only the length of the run may change on resume
+            original = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
+        ignored = sorted(key for key in given if key not in ("train.steps", "out"))
+        if ignored:
+            print(f"--resume: {run_dir} continues with its saved settings ({saved}); ignored: "
+                  + ", ".join(ignored), file=sys.stderr)
+        cfg = original
         last = steps[-1] if steps else 0
         _drop_lost_steps(run_dir, last)
         if not steps:  # stopped before its first checkpoint: the same run again from its initial model
@@ -165,244 +180,364 @@ def prepare_run(cfg: TrainConfig, resume: bool) -> tuple[TrainConfig, Path, int 
                   "with its saved config.", file=sys.stderr)
             return cfg, run_dir, None
         return cfg, run_dir, last
+    cfg = resolve_defaults(cfg)
     if run_dir.exists() and any(run_dir.iterdir()):
-        raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, or choose another --out.")
+        if not _never_started(run_dir):
+            raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, "
+                              "or choose another --out.")
+        print(f"{run_dir}: an earlier run there stopped before its first step; starting anew in it.", file=sys.stderr)
+        _drop_lost_steps(run_dir, 0)
+        for name in ("eval.jsonl", "metrics.jsonl"):
+            (run_dir / name).unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     return cfg, run_dir, None
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True) -> Path:
-    """Run (or resume) training; return the run folder."""
-    from agentkit.distributed import ranks as start_ranks
-    from agentkit.models import ensure_default_model
+@dataclass
+class Run:
+    """Everything the phases share, built once by ``setup``."""
 
-    ranks = start_ranks()  # one process, or this process's place among several (agentkit.distributed)
-    cfg, run_dir, resume_step = ranks.on_main(prepare_run, cfg, resume)
+    cfg: TrainConfig
+    run_dir: Path
+    ranks: Any  # agentkit.distributed: one process, or this process's place among several
+    tokenizer: Any
+    policy: torch.nn.Module  # the trained weights
+    model: Any  # what the update runs (DDP/FSDP-wrapped under a launcher)
+    sampler: torch.nn.Module  # the whole weights the backend samples with
+    optimizer: torch.optim.Optimizer
+    backend: Any
+    objective: Any
+    needs: Capabilities  # what the objective needs from the loop
+    teacher: Any = None
+    judge: Any = None
+    bank: Any = None
+    retriever: Any = None
+    reference: torch.nn.Module | None = None
+    demos: list | None = None
+    train_envs: Any = None
+    eval_envs: Any = None
+    first_step: int = 0
+    bad_update_streak: int = 0  # in a row, across steps: non-finite updates (train.max_bad_updates)
+    env_error_streak: int = 0  # and episodes ended by an env error (env.max_errors)
+    last_eval: dict[str, Any] | None = None
+    last_checkpoint: Path | None = None
+
+    def skill_selector(self, seed: int, *, sees: bool):
+        if self.bank is None:
+            return None
+        from agentkit.skillbank import SkillSelector
+
+        return SkillSelector(self.bank, self.retriever, self.cfg.skills.k, env_id=self.cfg.env.id, seed=seed,
+                             show_policy=sees)
+
+    def close(self) -> None:
+        for envs in (self.train_envs, self.eval_envs):
+            if envs is not None:
+                envs.close()
+        self.backend.close()
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished ``train`` call reports."""
+
+    run_dir: Path
+    steps: int
+    final_eval: dict[str, Any] | None
+    checkpoint: Path | None
+
+    def summary(self) -> str:
+        lines = [f"run folder: {self.run_dir} (metrics.jsonl, eval.jsonl, checkpoints/, curves.png)"]
+        if self.final_eval is not None:
+            lines.append(f"final eval (step {self.final_eval['step']}, {self.final_eval['split']} split, "
+                         f"{self.final_eval['episodes']} greedy episodes): success {self.final_eval['success_rate']:.1%}")
+        if self.checkpoint is not None:
+            lines.append(f"checkpoint: {self.checkpoint} (use it with --model {self.run_dir})")
+        return "\n".join(lines)
+
+
+def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
+    """Run folder, models, optimizer, backend, objective with its teacher and judge, environments."""
+    from agentkit.distributed import ranks as start_ranks
+    from agentkit.models import ensure_default_model, resolve_model_dir
+
+    ranks = start_ranks()
+    cfg, run_dir, resume_step = ranks.on_main(prepare_run, cfg, resume, given)
     torch.manual_seed(cfg.seed)
-    base_model = Path(cfg.model) if cfg.model else ensure_default_model()
+    base_model = resolve_model_dir(cfg.model) if cfg.model else ensure_default_model()
     start = run_dir / "checkpoints" / f"step-{resume_step}" if resume_step is not None else base_model
     tokenizer = load_tokenizer(start)
     policy = load_causal_lm(start)
     objective = make_objective(cfg.objective.name, cfg.objective.args)
+    needs = objective.requirements()
     saved_state = json.loads((start / "state.json").read_text()) if resume_step is not None else {}
-    # skills and teacher (distillation objectives)
     bank = retriever = None
-    if getattr(objective, "uses_skills", False) or cfg.skills.bank:
-        from agentkit.skillbank import SkillSelector, make_retriever
+    if needs.uses_skills or cfg.skills.bank:
+        from agentkit.skillbank import make_retriever
 
         bank = load_skill_bank(cfg, run_dir, saved_state.get("skillbank"))
         retriever = make_retriever(cfg.skills.retrieval, cfg.skills.args)
-    if getattr(objective, "needs_teacher", False):
-        from agentkit.teachers import make_teacher
-
-        teacher = make_teacher(cfg.teacher.spec or objective.default_teacher, policy=policy, tokenizer=tokenizer,
-                               bank=bank, privileged=cfg.teacher.privileged)
-        objective = make_objective(cfg.objective.name, cfg.objective.args, teacher=teacher)
-    policy_sees_skills = bool(getattr(objective, "policy_sees_skills", False))
-
-    def skill_selector(seed: int, *, sees: bool):
-        if bank is None:
-            return None
-        return SkillSelector(bank, retriever, cfg.skills.k, env_id=cfg.env.id, seed=seed, show_policy=sees)
-
+    teacher, judge = build_teacher_and_judge(needs, teacher_spec=cfg.teacher.spec, policy=policy, tokenizer=tokenizer,
+                                             bank=bank, privileged=cfg.teacher.privileged, objective=cfg.objective.name)
     reference = None
-    if objective.needs_reference:
+    if needs.needs_reference:
         reference = load_causal_lm(base_model, device=str(ranks.device))  # the initial policy, frozen
         reference.requires_grad_(False)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
                                   weight_decay=cfg.train.weight_decay)
     first_step = 0
-    # in a row, across steps: non-finite updates (train.max_bad_updates), env errors (env.max_consecutive_errors)
-    bad_update_streak = saved_state.get("bad_update_streak", 0)  # absent in checkpoints of older versions
-    env_error_streak = saved_state.get("env_error_streak", 0)
     if resume_step is not None:  # after every model is loaded: restores the RNG the run had
         first_step = load_training_state(start, optimizer)["step"]
         for name in ("metrics.jsonl", "eval.jsonl"):
             if ranks.is_main:  # the main process writes the run's files
                 _truncate_jsonl(run_dir / name, first_step)
-    # model: what the update runs (DDP/FSDP-wrapped under a launcher); sampler: the whole weights
     model, optimizer, sampler = ranks.prepare(policy, optimizer)
-
-    if cfg.rollout.backend == "vllm":  # an engine of its own: weights synced after every update
+    if cfg.backend.kind == "vllm":  # an engine of its own: weights synced after every update
         from agentkit.rollout.vllm_backend import VLLMBackend
 
-        backend = VLLMBackend(start, tokenizer, seed=cfg.seed, name=str(base_model), **cfg.rollout.vllm)
+        backend = VLLMBackend(start, tokenizer, seed=cfg.seed, name=str(base_model), **cfg.backend.args)
     else:  # the backend samples with the very module being trained: syncing weights is free here
         backend = HFBackend(sampler, tokenizer, seed=cfg.seed, name=str(base_model), device=str(ranks.device))
-    demos = read_trajectories(cfg.train.demos) if objective.uses_demonstrations else None
-    train_envs = None if demos is not None else _make_envs(cfg, "train")
-    eval_envs = _make_envs(cfg, cfg.env.eval_split) if ranks.is_main else None
+    demos = read_trajectories(cfg.train.demos) if needs.uses_demonstrations else None
     (run_dir / "trajectories").mkdir(exist_ok=True)
-    base_sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                   max_new_tokens=cfg.rollout.max_new_tokens)
+    return Run(cfg=cfg, run_dir=run_dir, ranks=ranks, tokenizer=tokenizer, policy=policy, model=model, sampler=sampler,
+               optimizer=optimizer, backend=backend, objective=objective, needs=needs, teacher=teacher, judge=judge,
+               bank=bank, retriever=retriever, reference=reference, demos=demos,
+               train_envs=None if demos is not None else make_envs(cfg.env, "train"),
+               eval_envs=make_envs(cfg.env, cfg.eval.split) if ranks.is_main else None,
+               first_step=first_step, bad_update_streak=saved_state.get("bad_update_streak", 0),
+               env_error_streak=saved_state.get("env_error_streak", 0))
+
+
+def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats]:
+    """This step's episodes (every rank's, sorted by id) or demonstrations, and their statistics."""
+    cfg, ranks = run.cfg, run.ranks
+    run.policy.eval()
+    if run.demos is not None:
+        trajectories = rng.sample(run.demos, min(cfg.train.demos_per_step, len(run.demos)))
+        stats = RolloutStats()
+        for t in trajectories:
+            stats.add(t)
+        return trajectories, stats
+    first_task = step * cfg.rollout.tasks_per_step
+    tasks = ranks.shard(range(first_task, first_task + cfg.rollout.tasks_per_step))  # whole groups
+    specs = [EpisodeSpec(task, k) for task in tasks for k in range(cfg.rollout.group_size)]
+    sampling_seed = cfg.seed * 1_000_003 + step
+    collector = make_collector(run.backend, run.train_envs, env=cfg.env, split="train",
+                               sampling=sampling_params(cfg.sampling, sampling_seed), context=cfg.context,
+                               skills=run.skill_selector(sampling_seed, sees=run.needs.policy_sees_skills),
+                               consecutive_errors=run.env_error_streak)
+    path = run.run_dir / "trajectories" / f"step-{step + 1}.jsonl"
+    with TrajectoryWriter(path, mode="overwrite") if ranks.is_main else contextlib.nullcontext() as writer:
+        played = []
+
+        def keep(t, writer=writer, played=played, step=step):
+            if writer is not None:
+                writer.write(t)
+            played.append(t)
+            fault_point("rollout", step + 1)  # tests: killed with part of the step written
+
+        stats = collector.run(specs, keep)
+        run.env_error_streak = collector.consecutive_errors
+        trajectories, stats = ranks.gather(played, stats)  # every rank's episodes
+        mine = {t.id for t in played}
+        for t in trajectories:
+            if writer is not None and t.id not in mine:
+                writer.write(t)
+    trajectories.sort(key=lambda t: t.id)  # arrival order depends on timing; training must not
+    if trajectories and all(t.error and not t.turns for t in trajectories):
+        raise EnvError(f"every episode of step {step + 1} failed before its first turn ({path}); the first one's "
+                       f"error: {trajectories[0].error}. Check --env and --env-kwargs (agentkit envs check "
+                       f"{cfg.env.id}).")
+    if run.bank is not None:  # UCB statistics: every episode's return, in a fixed order
+        for t in trajectories:
+            run.bank.record_episode(t.skills, t.episode_return)
+    return trajectories, stats
+
+
+def score(run: Run, trajectories: list, step: int):
+    """Teacher scores and turn judgments (the loop's, without gradients), then the objective's
+    token batch with the reference policy's logprobs; writes a few episodes' per-token signals."""
+    cfg, ranks = run.cfg, run.ranks
+    started = time.perf_counter()
+    scores = score_step(run.needs, run.teacher, run.judge, trajectories)
+    batch = run.objective.prepare(trajectories, scores)
+    prepare_s = time.perf_counter() - started
+    if ranks.is_main and cfg.log.signal_episodes:  # per-token teacher signals of a few episodes
+        records = episode_signals(batch, trajectories, episodes=cfg.log.signal_episodes,
+                                  rng=random.Random(f"{cfg.seed}:{step}:signals"))
+        if records:
+            _write_jsonl(run.run_dir / "signals" / f"step-{step + 1}.jsonl", records)
+    if run.reference is not None:
+        with torch.no_grad():
+            batch = replace(batch, ref_logprobs=policy_logprobs(run.reference, ranks.to_device(batch)).cpu())
+    return batch, prepare_s
+
+
+@dataclass
+class UpdateStats:
+    """What the updates of one step did."""
+
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    objective_metrics: dict[str, float] = field(default_factory=dict)
+    skipped: int = 0  # updates whose loss or gradient was NaN/inf (never applied)
+    bad_streak: int = 0  # such updates in a row, carried across steps
+
+
+def update(model, optimizer, objective, batch, *, train: TrainSection, ranks, rng: random.Random,
+           needs_support: bool, bad_streak: int = 0, step: int = 0) -> UpdateStats:
+    """``train.epochs`` passes of ``train.minibatches`` optimizer steps over ``batch`` (split by
+    episode), micro-batches of ``train.micro_batch_tokens`` padded tokens. A NaN/inf loss or
+    gradient skips its update. ``benchmarks/train_step.py`` times this very function."""
+    stats = UpdateStats(bad_streak=bad_streak)
+    # tests: a NaN loss, or a finite loss with an overflowed gradient, as a diverging run gets
+    nan_fault, inf_grad_fault = fault_active("loss.nan", step + 1), fault_active("grad.inf", step + 1)
+    episodes = torch.unique(batch.episode_index).tolist()
+    for _ in range(train.epochs):
+        order = episodes[:]
+        rng.shuffle(order)
+        for chunk in range(train.minibatches):
+            chosen = set(order[chunk::train.minibatches])
+            rows = [r for r in range(batch.num_rows) if int(batch.episode_index[r]) in chosen]
+            minibatch = batch.rows(rows).with_normalizers()
+            optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            for micro in ranks.micro_batches(model, minibatch, train.micro_batch_tokens):  # this rank's share
+                if needs_support:
+                    logprobs, support = policy_logprobs(model, micro, support=True)
+                    loss, metrics = objective.loss(micro, logprobs, support)
+                else:
+                    loss, metrics = objective.loss(micro, policy_logprobs(model, micro))
+                if nan_fault:
+                    loss = loss * float("nan")
+                ranks.backward(loss)
+                total += float(loss.detach())
+                share = micro.num_response_tokens / max(1, minibatch.num_response_tokens)
+                for key, value in metrics.items():
+                    stats.objective_metrics[key] = stats.objective_metrics.get(key, 0.0) + share * value
+            if inf_grad_fault:
+                next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = float("inf")
+            total = ranks.sum(total)
+            norm = ranks.clip_grad_norm_(model, train.grad_clip if train.grad_clip > 0 else float("inf"))
+            if not (math.isfinite(norm) and math.isfinite(total)):
+                stats.skipped += 1  # a NaN/inf loss or gradient never reaches the weights
+                stats.bad_streak += 1
+                optimizer.zero_grad(set_to_none=True)
+                continue
+            stats.bad_streak = 0
+            fault_point("update", step + 1)  # tests: killed between a backward and its optimizer step
+            optimizer.step()
+            stats.losses.append(total)
+            stats.grad_norms.append(norm)
+    updates = max(1, train.epochs * train.minibatches)
+    stats.objective_metrics = {k: v / updates for k, v in ranks.sum_metrics(stats.objective_metrics).items()}
+    return stats
+
+
+def sync(run: Run, batch) -> dict[str, float]:
+    """The updated weights to the generation backend (shared with the HF backend already, but for
+    FSDP's sampling copy; vLLM loads them and the probe measures how far its logprobs moved)."""
+    run.ranks.sync_weights(run.model, run.sampler)
+    if run.cfg.backend.kind == "vllm" and run.cfg.backend.sleep:
+        run.backend.wake_up()
+    if not run.backend.syncs_weights:
+        return {}
+    run.backend.sync_weights(run.sampler)
+    probe = batch.input_ids[0, : int(batch.attention_mask[0].sum())].tolist()
+    return {"vllm_sync_error": run.backend.sync_error(run.sampler, probe)}
+
+
+def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> RolloutStats:
+    """Greedy episodes on seeds 0..episodes-1 of the held-out split (``skills``: a ``SkillSelector``
+    for policies that see retrieved skills)."""
+    collector = make_collector(backend, envs, env=cfg.env, split=cfg.eval.split,
+                               sampling=sampling_params(GenerationSettings(max_new_tokens=cfg.sampling.max_new_tokens), 0),
+                               context=cfg.context, skills=skills)
+    return collector.run([EpisodeSpec(seed) for seed in range(episodes)], lambda t: None)
+
+
+def checkpoint(run: Run, step: int) -> None:
+    """Weights, optimizer, RNG and loop state of the step, written atomically (main process)."""
+    state = {"step": step + 1, "skillbank": run.bank.to_dict() if run.bank is not None else None,
+             "bad_update_streak": run.bad_update_streak, "env_error_streak": run.env_error_streak}
+    whole_optimizer = run.ranks.optimizer_state(run.model, run.optimizer)  # FSDP: gathered from every rank
+    if run.ranks.is_main:
+        run.last_checkpoint = save_checkpoint(run.run_dir, step + 1, run.sampler, run.tokenizer, run.optimizer, state,
+                                              keep=run.cfg.checkpoint.keep, optimizer_state=whole_optimizer)
+
+
+def _check_divergence(run: Run, step: int) -> None:
+    cfg = run.cfg
+    if not (cfg.train.max_bad_updates and run.bad_update_streak >= cfg.train.max_bad_updates):
+        return
+    data_file = cfg.train.demos if run.demos is not None else run.run_dir / "trajectories" / f"step-{step + 1}.jsonl"
+    raise TrainingDivergedError(
+        f"{run.bad_update_streak} updates in a row had a NaN or inf loss or gradient (the last at step "
+        f"{step + 1}; train.max_bad_updates={cfg.train.max_bad_updates}), so the run stops. Each was "
+        f"skipped (skipped_updates in {run.run_dir / 'metrics.jsonl'}) and the weights are those of the "
+        f"last finite update. Start again with a lower train.lr (now {cfg.train.lr:g}) or a tighter "
+        f"train.grad_clip (now {cfg.train.grad_clip:g}); check {data_file} and the objective's "
+        f"settings for inf/NaN rewards; or set train.max_bad_updates=0 to never stop.")
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
+          given: dict[str, Any] | None = None) -> TrainResult:
+    """Run (or resume) training. ``given``: the settings the user gave explicitly (dotted keys), so
+    that ``--resume`` can say which it ignores."""
+    run = setup(cfg, resume, given)
+    cfg, ranks = run.cfg, run.ranks
     from tqdm import tqdm
 
-    bar = tqdm(total=cfg.train.steps, initial=first_step, desc=f"train {cfg.objective.name}", unit="step",
+    bar = tqdm(total=cfg.train.steps, initial=run.first_step, desc=f"train {cfg.objective.name}", unit="step",
                disable=not (show_progress and ranks.is_main))
     try:
-        for step in range(first_step, cfg.train.steps):
+        for step in range(run.first_step, cfg.train.steps):
             started = time.perf_counter()
             rng = random.Random(f"{cfg.seed}:{step}")
-            # 1. rollouts (or this step's demonstrations)
-            policy.eval()
-            if demos is not None:
-                trajectories = rng.sample(demos, min(cfg.train.demos_per_step, len(demos)))
-                rollout = RolloutStats()
-                for t in trajectories:
-                    rollout.add(t)
-            else:
-                first_task = step * cfg.rollout.tasks_per_step
-                tasks = ranks.shard(range(first_task, first_task + cfg.rollout.tasks_per_step))  # whole groups
-                specs = [EpisodeSpec(task, k) for task in tasks for k in range(cfg.rollout.group_size)]
-                collector = Collector(backend, train_envs, env_id=cfg.env.id, split="train",
-                                      sampling=replace(base_sampling, seed=cfg.seed * 1_000_003 + step),
-                                      context=cfg.rollout.context, window=cfg.rollout.window,
-                                      show_admissible=cfg.rollout.show_admissible,
-                                      skills=skill_selector(cfg.seed * 1_000_003 + step, sees=policy_sees_skills),
-                                      max_consecutive_errors=cfg.env.max_consecutive_errors,
-                                      consecutive_errors=env_error_streak)
-                path = run_dir / "trajectories" / f"step-{step + 1}.jsonl"
-                with TrajectoryWriter(path, mode="overwrite") if ranks.is_main else contextlib.nullcontext() as writer:
-                    played = []
-
-                    def keep(t, writer=writer, played=played, step=step):
-                        if writer is not None:
-                            writer.write(t)
-                        played.append(t)
-                        fault_point("rollout", step + 1)  # tests: killed with part of the step written
-
-                    rollout = collector.run(specs, keep)
-                    env_error_streak = collector.consecutive_errors
-                    trajectories, rollout = ranks.gather(played, rollout)  # every rank's episodes
-                    mine = {t.id for t in played}
-                    for t in trajectories:
-                        if writer is not None and t.id not in mine:
-                            writer.write(t)
-                trajectories.sort(key=lambda t: t.id)  # arrival order depends on timing; training must not
-                if bank is not None:  # UCB statistics: every episode's return, in a fixed order
-                    for t in trajectories:
-                        bank.record_episode(t.skills, t.episode_return)
-            # 2. objective -> token batch (teacher scores and turn judgments included; no gradients)
-            prepare_started = time.perf_counter()
-            batch = objective.prepare(trajectories)
-            prepare_s = time.perf_counter() - prepare_started
-            if ranks.is_main and cfg.log.signal_episodes:  # per-token teacher signals of a few episodes
-                records = episode_signals(batch, trajectories, episodes=cfg.log.signal_episodes,
-                                          rng=random.Random(f"{cfg.seed}:{step}:signals"))
-                if records:
-                    _write_jsonl(run_dir / "signals" / f"step-{step + 1}.jsonl", records)
-            if reference is not None:
-                with torch.no_grad():
-                    batch = replace(batch, ref_logprobs=policy_logprobs(reference, ranks.to_device(batch)).cpu())
-            # 4. minibatch updates with a token budget per micro-batch
-            if cfg.rollout.vllm_sleep:
-                backend.sleep(level=1)  # give the accelerator's memory to the update
-            policy.train()
-            losses, objective_metrics, grad_norms, skipped = [], {}, [], 0
-            # tests: a NaN loss, or a finite loss with an overflowed gradient, as a diverging run gets
-            nan_fault, inf_grad_fault = fault_active("loss.nan", step + 1), fault_active("grad.inf", step + 1)
-            episodes = torch.unique(batch.episode_index).tolist()
-            for _ in range(cfg.train.epochs):
-                order = episodes[:]
-                rng.shuffle(order)
-                for chunk in range(cfg.train.minibatches):
-                    chosen = set(order[chunk::cfg.train.minibatches])
-                    rows = [r for r in range(batch.num_rows) if int(batch.episode_index[r]) in chosen]
-                    minibatch = batch.rows(rows).with_normalizers()
-                    optimizer.zero_grad(set_to_none=True)
-                    total = 0.0
-                    # this rank's share of the minibatch (all of it in one process)
-                    for micro in ranks.micro_batches(model, minibatch, cfg.train.micro_batch_tokens):
-                        if getattr(objective, "needs_support", False):
-                            logprobs, support = policy_logprobs(model, micro, support=True)
-                            loss, metrics = objective.loss(micro, logprobs, support)
-                        else:
-                            loss, metrics = objective.loss(micro, policy_logprobs(model, micro))
-                        if nan_fault:
-                            loss = loss * float("nan")
-                        ranks.backward(loss)
-                        total += float(loss.detach())
-                        share = micro.num_response_tokens / max(1, minibatch.num_response_tokens)
-                        for key, value in metrics.items():
-                            objective_metrics[key] = objective_metrics.get(key, 0.0) + share * value
-                    if inf_grad_fault:
-                        next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = float("inf")
-                    total = ranks.sum(total)
-                    clip = cfg.train.grad_clip if cfg.train.grad_clip > 0 else float("inf")
-                    norm = ranks.clip_grad_norm_(model, clip)
-                    if not (math.isfinite(norm) and math.isfinite(total)):
-                        skipped += 1  # a NaN/inf loss or gradient never reaches the weights
-                        bad_update_streak += 1
-                        optimizer.zero_grad(set_to_none=True)
-                        continue
-                    bad_update_streak = 0
-                    fault_point("update", step + 1)  # tests: killed between a backward and its optimizer step
-                    optimizer.step()
-                    losses.append(total)
-                    grad_norms.append(norm)
-            updates = max(1, cfg.train.epochs * cfg.train.minibatches)
-            objective_metrics = ranks.sum_metrics(objective_metrics)
-            policy.eval()
-            # 5. weights are shared with the HF backend (but for FSDP's sampling copy); vLLM loads them
-            ranks.sync_weights(model, sampler)
-            if cfg.rollout.vllm_sleep:
-                backend.wake_up()
-            sync_error = {}
-            if hasattr(backend, "sync_weights"):
-                backend.sync_weights(sampler)
-                probe = batch.input_ids[0, : int(batch.attention_mask[0].sum())].tolist()
-                sync_error = {"vllm_sync_error": backend.sync_error(sampler, probe)}
-            record = {"step": step + 1, "loss": sum(losses) / max(1, len(losses)) if losses else float("nan"),
+            trajectories, rollout = collect(run, step, rng)
+            batch, prepare_s = score(run, trajectories, step)
+            if cfg.backend.kind == "vllm" and cfg.backend.sleep:
+                run.backend.sleep(level=1)  # give the accelerator's memory to the update
+            run.policy.train()
+            updated = update(run.model, run.optimizer, run.objective, batch, train=cfg.train, ranks=ranks, rng=rng,
+                             needs_support=run.needs.needs_support, bad_streak=run.bad_update_streak, step=step)
+            run.bad_update_streak = updated.bad_streak
+            run.policy.eval()
+            sync_error = sync(run, batch)
+            record = {"step": step + 1, "loss": sum(updated.losses) / len(updated.losses) if updated.losses else float("nan"),
                       **_summary(rollout), "tokens": batch.num_response_tokens,
-                      "grad_norm": sum(grad_norms) / max(1, len(grad_norms)), "skipped_updates": skipped,
-                      "lr": cfg.train.lr, "step_s": 0.0, "data": "demonstrations" if demos is not None else "rollouts",
-                      "prepare_s": prepare_s, **batch.metrics, **sync_error,
-                      **{k: v / updates for k, v in objective_metrics.items()}}
-            # 6. periodic greedy evaluation (files: the main process only)
+                      "grad_norm": sum(updated.grad_norms) / max(1, len(updated.grad_norms)),
+                      "skipped_updates": updated.skipped, "lr": cfg.train.lr, "step_s": 0.0,
+                      "data": "demonstrations" if run.demos is not None else "rollouts",
+                      "prepare_s": prepare_s, **batch.metrics, **sync_error, **updated.objective_metrics}
             last = step + 1 == cfg.train.steps
             if ranks.is_main and (last or (cfg.eval.every and (step + 1) % cfg.eval.every == 0)):
-                stats = evaluate(backend, cfg, eval_envs, cfg.eval.episodes,
-                                 skills=skill_selector(cfg.seed, sees=True) if policy_sees_skills else None)
-                _append_jsonl(run_dir / "eval.jsonl", {"step": step + 1, "split": cfg.env.eval_split,
-                                                      "episodes": stats.episodes, **_summary(stats)})
+                stats = evaluate(run.backend, cfg, run.eval_envs, cfg.eval.episodes,
+                                 skills=run.skill_selector(cfg.seed, sees=True) if run.needs.policy_sees_skills else None)
+                run.last_eval = {"step": step + 1, "split": cfg.eval.split, "episodes": stats.episodes, **_summary(stats)}
+                _append_jsonl(run.run_dir / "eval.jsonl", run.last_eval)
             record["step_s"] = time.perf_counter() - started
             if ranks.is_main:
-                _append_jsonl(run_dir / "metrics.jsonl", record)
-            if cfg.train.max_bad_updates and bad_update_streak >= cfg.train.max_bad_updates:
-                data_file = cfg.train.demos if demos is not None else run_dir / "trajectories" / f"step-{step + 1}.jsonl"
-                raise TrainingDivergedError(
-                    f"{bad_update_streak} updates in a row had a NaN or inf loss or gradient (the last at step "
-                    f"{step + 1}; train.max_bad_updates={cfg.train.max_bad_updates}), so the run stops. Each was "
-                    f"skipped (skipped_updates in {run_dir / 'metrics.jsonl'}) and the weights are those of the "
-                    f"last finite update. Start again with a lower train.lr (now {cfg.train.lr:g}) or a tighter "
-                    f"train.grad_clip (now {cfg.train.grad_clip:g}); check {data_file} and the objective's "
-                    f"settings for inf/NaN rewards; or set train.max_bad_updates=0 to never stop.")
-            # 7. checkpoint
+                _append_jsonl(run.run_dir / "metrics.jsonl", record)
+            _check_divergence(run, step)
             if last or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
-                state = {"step": step + 1, "skillbank": bank.to_dict() if bank is not None else None,
-                         "bad_update_streak": bad_update_streak, "env_error_streak": env_error_streak}
-                whole_optimizer = ranks.optimizer_state(model, optimizer)  # FSDP: gathered from every rank
-                if ranks.is_main:
-                    save_checkpoint(run_dir, step + 1, sampler, tokenizer, optimizer, state, keep=cfg.checkpoint.keep,
-                                    optimizer_state=whole_optimizer)
-            if bank is not None and ranks.is_main:
-                bank.save()
+                checkpoint(run, step)
+            if run.bank is not None and ranks.is_main:
+                run.bank.save()
             ranks.barrier()
             bar.update(1)
             bar.set_postfix(success=f"{record['success_rate']:.2f}", loss=f"{record['loss']:.3f}")
     finally:
         bar.close()
-        if train_envs is not None:
-            train_envs.close()
-        if eval_envs is not None:
-            eval_envs.close()
-        if hasattr(backend, "close"):
-            backend.close()
+        run.close()
     if ranks.is_main:
         from agentkit.plots import plot_runs
 
-        plot_runs([run_dir], run_dir / "curves.png")
+        plot_runs([run.run_dir], run.run_dir / "curves.png")
     ranks.barrier()
     ranks.close()
-    return run_dir
+    steps = checkpoints(run.run_dir) if ranks.is_main else []
+    return TrainResult(run.run_dir, cfg.train.steps, run.last_eval,
+                       run.run_dir / "checkpoints" / f"step-{steps[-1]}" if steps else None)

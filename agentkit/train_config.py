@@ -1,7 +1,10 @@
-"""Settings of ``agentkit train``: a YAML file plus dotted overrides (``--set train.lr=1e-5``).
+"""Settings of ``agentkit train``: a YAML file, dotted overrides (``--set train.lr=1e-5``), then flags.
 
-Every field's description is its documentation (``agentkit train --help-config`` prints them).
-Unknown keys are errors with a "did you mean"; cross-field checks say what to change.
+The environment, sampling, context, skill and backend sections are the shared models of
+``agentkit.core.settings`` (the same names and defaults as ``rollout``, ``eval`` and ``demos``).
+Every field's description is its documentation (``agentkit train --help-config`` prints them);
+every field has a flag. Unknown keys are errors with a "did you mean" (or the new name of a
+renamed key); cross-field checks say what to change.
 """
 
 from __future__ import annotations
@@ -10,56 +13,42 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from agentkit.core.config import parse_assignment, read_yaml
-from agentkit.core.errors import ConfigError, did_you_mean
+from agentkit.core.config import describe_settings, load_settings
+from agentkit.core.settings import (
+    BackendSettings,
+    ContextSettings,
+    EnvSettings,
+    SamplingSettings,
+    Settings,
+    SkillSettings,
+    backend_default,
+    flag,
+)
+from agentkit.rollout.config import MODEL_HELP
 
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
-
-
-class EnvSection(_Section):
-    id: str = Field("textworld/coin-v0", description="Environment id (agentkit envs list).")
-    kwargs: dict[str, Any] = Field(default_factory=lambda: {"level": 2}, description="Environment settings.")
-    eval_split: str = Field("eval", description="Held-out split for periodic greedy evaluation.")
-    max_turns: int = Field(8, gt=0, description="Turns per episode before truncation.")
-    workers: int = Field(0, ge=0, description="Environment worker processes, or Ray actors with env.ray (0 = in the training process).")
-    ray: str | None = Field(None, description="Run the environment workers as Ray actors on this cluster: auto, host:port, ray://host:port or local.")
-    max_consecutive_errors: int = Field(10, ge=0, description="Stop the run once this many episodes in a row end in an environment error (it raised, its worker died or hung); each such episode is recorded with its error and the worker restarted. 0 = never stop.")
+_Section = Settings
 
 
 class RolloutSection(_Section):
     tasks_per_step: int = Field(4, gt=0, description="Tasks sampled per training step.")
     group_size: int = Field(4, gt=0, description="Episodes per task (GRPO groups).")
-    context: Literal["chat", "window"] = Field("chat", description="Context mode of the rollouts.")
-    window: int = Field(3, ge=0, description="History turns in window mode.")
-    temperature: float = Field(1.0, ge=0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_new_tokens: int = Field(24, gt=0, description="Most tokens per response.")
-    show_admissible: bool = Field(True, description="List the admissible actions in observations.")
-    backend: Literal["hf", "vllm"] = Field("hf", description="Generation backend: hf (transformers, shares the trained module) or vllm (in-process engine; weights synced after every update).")
-    vllm: dict[str, Any] = Field(default_factory=dict, description="vllm.LLM settings with backend=vllm (gpu_memory_utilization, dtype, weight_sync=direct|ipc|file, kv_cache_gib, enable_sleep_mode, tensor_parallel_size...).")
-    vllm_sleep: bool = Field(False, description="Put the vLLM engine to sleep during updates (GPU; needs vllm.enable_sleep_mode).")
 
 
 class ObjectiveSection(_Section):
-    name: str = Field("grpo", description="Objective (agentkit objectives list).")
-    args: dict[str, Any] = Field(default_factory=dict, description="The objective's own settings.")
+    name: str = Field("grpo", json_schema_extra=flag("--objective"), description="Objective (agentkit objectives list).")
+    args: dict[str, Any] = Field(default_factory=dict, json_schema_extra=flag("--objective-args"),
+                                 description="The objective's own settings (agentkit train --help-config --objective NAME).")
 
 
 class TeacherSection(_Section):
-    spec: str | None = Field(None, description="Teacher: self | model:DIR | a plugin (default: the objective's own).")
+    spec: str | None = Field(None, json_schema_extra=flag("--teacher"),
+                             description="Teacher for distillation objectives: self | model:DIR | vllm:DIR | "
+                                         "openai:URL[#MODEL] | a plugin (default: the objective's own).")
     privileged: list[Literal["skills", "env"]] | None = Field(
-        None, description="Privileged context shown to the teacher (default: skills for self, none for model).")
-
-
-class SkillsSection(_Section):
-    bank: str | None = Field(None, description="Skill bank file or starter name (default: the env family's starter bank).")
-    retrieval: str = Field("ucb", description="Retriever: ucb | keyword | full | random | a plugin.")
-    k: int = Field(3, gt=0, description="Skills retrieved per episode.")
-    args: dict[str, Any] = Field(default_factory=dict, description="The retriever's own settings (ucb: c).")
+        None, json_schema_extra=flag("--teacher-privileged"),
+        description="Privileged context shown to the teacher (default: skills for self, none for model).")
 
 
 class TrainSection(_Section):
@@ -77,13 +66,18 @@ class TrainSection(_Section):
 
 
 class EvalSection(_Section):
-    every: int = Field(5, ge=0, description="Evaluate every N steps (0 = only at the end).")
-    episodes: int = Field(16, gt=0, description="Greedy evaluation episodes (eval split seeds 0..N-1).")
+    every: int = Field(5, ge=0, json_schema_extra=flag("--eval-every"),
+                       description="Evaluate every N steps (0 = only at the end).")
+    episodes: int = Field(16, gt=0, json_schema_extra=flag("--eval-episodes"),
+                          description="Greedy evaluation episodes (seeds 0..N-1 of the held-out split).")
+    split: str | None = Field(None, json_schema_extra=flag("--eval-split"),
+                              description="Held-out split for evaluation (default: the environment's).")
 
 
 class CheckpointSection(_Section):
-    every: int = Field(5, ge=0, description="Checkpoint every N steps (0 = only at the end).")
-    keep: int = Field(2, gt=0, description="Checkpoints kept (oldest removed).")
+    every: int = Field(5, ge=0, json_schema_extra=flag("--checkpoint-every"),
+                       description="Checkpoint every N steps (0 = only at the end).")
+    keep: int = Field(2, gt=0, json_schema_extra=flag("--checkpoint-keep"), description="Checkpoints kept (oldest removed).")
 
 
 class LogSection(_Section):
@@ -91,14 +85,17 @@ class LogSection(_Section):
 
 
 class TrainConfig(_Section):
-    model: str | None = Field(None, description="Policy model folder (default: the tiny default model).")
+    model: str | None = Field(None, description=MODEL_HELP)
     out: str = Field("runs/train", description="Run folder.")
     seed: int = Field(0, ge=0, description="Seeds task sampling, sampling and initialization order.")
-    env: EnvSection = Field(default_factory=EnvSection)
+    env: EnvSettings = Field(default_factory=EnvSettings)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
+    backend: BackendSettings = Field(default_factory=backend_default)
     objective: ObjectiveSection = Field(default_factory=ObjectiveSection)
     teacher: TeacherSection = Field(default_factory=TeacherSection)
-    skills: SkillsSection = Field(default_factory=SkillsSection)
+    skills: SkillSettings = Field(default_factory=SkillSettings)
     train: TrainSection = Field(default_factory=TrainSection)
     log: LogSection = Field(default_factory=LogSection)
     eval: EvalSection = Field(default_factory=EvalSection)
@@ -106,83 +103,46 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
-        from agentkit.objectives import make_objective
+        from agentkit.objectives import capabilities_of, objective_config
 
-        objective = make_objective(self.objective.name, self.objective.args)
-        if objective.uses_demonstrations and not self.train.demos:
+        objective_config(self.objective.name, self.objective.args)  # unknown or invalid settings -> error
+        needs = capabilities_of(self.objective.name)  # declared by its class; nothing is built
+        if needs.uses_demonstrations and not self.train.demos:
             raise ValueError(
                 f"objective {self.objective.name!r} trains on demonstrations: set train.demos=FILE "
                 "(make one with `agentkit demos --env ID --episodes N --out FILE`)."
             )
-        from agentkit.objectives.grpo import GRPO
-
-        if isinstance(objective, GRPO) and self.rollout.group_size < 2:
-            raise ValueError(f"{self.objective.name} compares episodes within a group (GRPO): rollout.group_size must be >= 2.")
-        if getattr(objective, "needs_teacher", False) and not (self.teacher.spec or getattr(objective, "default_teacher", None)):
+        if needs.needs_groups and self.rollout.group_size < 2:
+            raise ValueError(f"{self.objective.name} compares episodes within a group: rollout.group_size must be >= 2.")
+        if needs.needs_teacher and not (self.teacher.spec or needs.default_teacher):
             raise ValueError(f"objective {self.objective.name!r} distills from a separate teacher model: set "
                              "teacher.spec=model:DIR (--teacher model:DIR), or --teacher self.")
         from agentkit.skillbank.retrieval import REGISTRY as RETRIEVERS
 
         RETRIEVERS.spec(self.skills.retrieval)  # unknown name -> did you mean
-        if self.env.ray and self.env.workers == 0:
-            raise ValueError("env.ray runs environment workers as Ray actors: set env.workers to the number of actors (>= 1).")
-        if self.rollout.vllm_sleep and not (self.rollout.backend == "vllm" and self.rollout.vllm.get("enable_sleep_mode")):
-            raise ValueError("rollout.vllm_sleep needs rollout.backend=vllm and rollout.vllm.enable_sleep_mode=true.")
+        if self.backend.kind == "openai":
+            raise ValueError("training samples with its own weights: backend.kind (--backend) must be hf or vllm; "
+                             "an openai server is for agentkit rollout and eval.")
         if self.train.minibatches > self.rollout.tasks_per_step * self.rollout.group_size:
             raise ValueError("train.minibatches is larger than the number of episodes per step.")
         return self
 
 
-def _set_dotted(data: dict, dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = data
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"--set {dotted}: {key!r} is not a section.")
-    node[keys[-1]] = value
+# keys of configs written by agentkit before the settings were shared across commands
+RENAMED = {
+    "rollout.context": "context.mode", "rollout.window": "context.window",
+    "rollout.show_admissible": "context.show_admissible", "rollout.temperature": "sampling.temperature",
+    "rollout.top_p": "sampling.top_p", "rollout.max_new_tokens": "sampling.max_new_tokens",
+    "rollout.backend": "backend.kind", "rollout.vllm": "backend.args", "rollout.vllm_sleep": "backend.sleep",
+    "env.max_consecutive_errors": "env.max_errors", "env.eval_split": "eval.split",
+}
 
 
-def _unknown_key_message(loc: tuple, model: type[BaseModel]) -> str:
-    node: Any = model
-    path = []
-    for part in loc:
-        fields = getattr(node, "model_fields", None)
-        if fields is None:
-            break
-        if part not in fields:
-            return f"unknown key {'.'.join([*path, str(part)])!r}.{did_you_mean(str(part), fields)} Known here: {sorted(fields)}"
-        path.append(str(part))
-        node = fields[part].annotation
-    return f"unknown key {'.'.join(str(p) for p in loc)!r}"
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **flags: Any) -> TrainConfig:
-    """Build the config from a YAML file, then ``section.key=value`` overrides, then flags."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        loaded = read_yaml(path, what="config")  # problems name the file and line
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"Config {path} must be a YAML mapping of sections, got {type(loaded).__name__}.")
-        data = loaded
-    for item in overrides or []:
-        _set_dotted(data, *parse_assignment(item))
-    for dotted, value in flags.items():
-        if value is not None:
-            _set_dotted(data, dotted, value)
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as err:
-        problems = []
-        for e in err.errors():
-            if e["type"] == "extra_forbidden":
-                problems.append(_unknown_key_message(tuple(e["loc"]), TrainConfig))
-            else:
-                loc = ".".join(str(p) for p in e["loc"])
-                problems.append(f"{loc or 'config'}: {e['msg']}")
-        raise ConfigError("Invalid training config:\n  " + "\n  ".join(problems)) from err
-    except ConfigError:
-        raise
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                values: dict[str, Any] | None = None) -> TrainConfig:
+    """Build the config from a YAML file, then ``section.key=value`` overrides, then the flags given
+    (``values``: dotted key -> value)."""
+    return load_settings(TrainConfig, path, overrides, values, renamed=RENAMED, what="training config")
 
 
 def dump_config(config: TrainConfig) -> str:
@@ -190,25 +150,12 @@ def dump_config(config: TrainConfig) -> str:
 
 
 def describe_config(objective: str | None = None) -> str:
-    """Every setting as ``section.key (type, default): description``; with ``objective``, its args too."""
-    lines = []
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, field in model.model_fields.items():
-            annotation = field.annotation
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                walk(annotation, f"{prefix}{name}.")
-                continue
-            default = field.get_default(call_default_factory=True)
-            kind = getattr(annotation, "__name__", str(annotation)).replace("typing.", "")
-            lines.append(f"  {prefix}{name} ({kind}, default {default!r}): {field.description or ''}")
-
-    walk(TrainConfig, "")
+    """Every setting as ``key (flag, default): description``; with ``objective``, its args too."""
+    lines = describe_settings(TrainConfig)
     if objective:
         from agentkit.objectives.protocol import REGISTRY
 
         _, cls = REGISTRY.load(objective)
-        lines.append(f"\nobjective.args for {objective!r}:")
-        walk(cls.Config, "objective.args.")
+        lines.append(f"\nobjective.args for {objective!r} (--objective-args KEY=VALUE ...):")
+        lines += describe_settings(cls.Config, "objective.args.", flags=False)
     return "\n".join(lines)
-

@@ -22,15 +22,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentkit.envs import ActionParser, make
-from agentkit.envs.registry import lookup, parses_own_actions
+from agentkit.envs import make
+from agentkit.envs.registry import lookup
 from agentkit.rollout.backend import SamplingParams
 from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats
 from agentkit.rollout.config import RolloutConfig
-from agentkit.rollout.workers import make_env_runner
+from agentkit.rollout.workers import EnvRunner, make_env_runner
 
 from agentkit.core.errors import AgentkitError, ConfigError, ModelError, OutputExistsError
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
+from agentkit.core.settings import BackendSettings, ContextSettings, EnvSettings, GenerationSettings
 
 
 def default_out_path() -> Path:
@@ -57,10 +58,58 @@ def check_output(path: Path, *, append: bool, overwrite: bool, resume: bool = Fa
         raise ConfigError(f"Cannot write {path}: the file is not writable.")
 
 
+def resolve_env(env: EnvSettings) -> EnvSettings:
+    """``env`` with the environment's own defaults filled in where a setting was left to it
+    (the turn limit); an unknown id fails here with "did you mean"."""
+    from agentkit.envs import env_info
+
+    info = env_info(env.id)
+    return env.model_copy(update={"max_turns": env.max_turns or info.max_turns})
+
+
+def held_out_split(env_id: str) -> str:
+    """The environment's held-out split (what eval plays by default)."""
+    from agentkit.envs import env_info
+
+    return env_info(env_id).eval_split
+
+
+def make_envs(env: EnvSettings, split: str) -> EnvRunner:
+    """The runner of ``split``'s environments as ``env`` says: in this process, worker processes or Ray actors."""
+    make_env = env_factory(env.id, split=split, max_turns=env.max_turns, env_kwargs=env.kwargs)
+    return make_env_runner(make_env, env.workers, ray=env.ray, step_timeout_s=env.step_timeout)
+
+
+def sampling_params(sampling: GenerationSettings, seed: int) -> SamplingParams:
+    """Sampling settings as the backends take them (``GenerationSettings`` alone: greedy)."""
+    extra = sampling.model_dump(exclude={"max_new_tokens"})
+    return SamplingParams(max_new_tokens=sampling.max_new_tokens, seed=seed,
+                          **({"temperature": 0.0} | extra))
+
+
+def make_collector(backend, envs, *, env: EnvSettings, split: str, sampling: SamplingParams, context: ContextSettings,
+                   skills=None, max_in_flight: int = 0, consecutive_errors: int = 0) -> Collector:
+    """The one way every command builds a collector from settings."""
+    prompt = {"system_prompt": context.system_prompt} if context.system_prompt is not None else {}
+    return Collector(backend, envs, env_id=env.id, split=split, sampling=sampling, context=context.mode,
+                     window=context.window, show_admissible=context.show_admissible, skills=skills,
+                     max_in_flight=max_in_flight, max_consecutive_errors=env.max_errors,
+                     consecutive_errors=consecutive_errors, **prompt)
+
+
+def make_backend_from(settings: BackendSettings, model_dir: Path, *, seed: int):
+    """The generation backend ``settings`` describe, over ``model_dir``."""
+    from agentkit.rollout.backends import make_backend
+
+    options = settings.model_dump(exclude={"kind"})
+    if settings.kind == "vllm":
+        options = {"vllm_args": options["args"]}
+    return make_backend(settings.kind, model_dir, seed=seed, **options)
+
+
 def env_factory(env_id: str, *, split: str, max_turns: int, env_kwargs: dict) -> functools.partial:
     """A picklable builder of one wrapped environment (worker processes call it)."""
-    parser = None if parses_own_actions(env_id) else ActionParser()
-    return functools.partial(make, env_id, max_turns=max_turns, action_parser=parser, split=split, **env_kwargs)
+    return functools.partial(make, env_id, max_turns=max_turns, action_parser="format", split=split, **env_kwargs)
 
 
 @dataclass(frozen=True)
@@ -101,11 +150,6 @@ def _mismatch(out: Path, line: int, name: str, recorded: Any, current: Any) -> C
         "rollout, or write to a new file (--out). The file was not changed.")
 
 
-def sampling_params(cfg: RolloutConfig) -> SamplingParams:
-    return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                          max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
-
-
 def episode_specs(cfg: RolloutConfig) -> list[EpisodeSpec]:
     """Every episode of the command, in the order an uninterrupted run starts them."""
     return [EpisodeSpec(seed=cfg.seed + task, sample=s) for task in range(cfg.episodes) for s in range(cfg.group_size)]
@@ -115,9 +159,9 @@ def plan_resume(cfg: RolloutConfig, out: Path) -> ResumePlan:
     """Check the trajectories already in ``out`` against this command and list the episodes still
     to play. Reads only; any difference raises ``ConfigError`` naming it (see the module docstring)."""
     existing, torn = read_complete_lines(out)
-    specs, sampling = episode_specs(cfg), sampling_params(cfg)
+    specs, sampling = episode_specs(cfg), sampling_params(cfg.sampling, cfg.seed)
     wanted = {(spec.seed, spec.sample) for spec in specs}
-    current = {"env": cfg.env, "split": cfg.split, "context_mode": cfg.context,
+    current = {"env": cfg.env.id, "split": cfg.split, "context_mode": cfg.context.mode,
                **{f"sampling.{key}": value for key, value in sampling.to_dict().items()}}
     seen: dict[tuple[int, int], int] = {}
     models: dict[str, int] = {}
@@ -128,11 +172,11 @@ def plan_resume(cfg: RolloutConfig, out: Path) -> ResumePlan:
             if recorded.get(name, "(not recorded)") != current.get(name, "(no such setting)"):
                 raise _mismatch(out, line, name, recorded.get(name, "(not recorded)"),
                                 current.get(name, "(no such setting)"))
-        if len(trajectory.turns) > cfg.max_turns:
+        if len(trajectory.turns) > cfg.env.max_turns:
             raise ConfigError(f"--resume: {out} line {line} has {len(trajectory.turns)} turns, more than this "
-                              f"command's --max-turns {cfg.max_turns}. Pass the --max-turns of the interrupted "
+                              f"command's --max-turns {cfg.env.max_turns}. Pass the --max-turns of the interrupted "
                               "rollout, or write to a new file (--out). The file was not changed.")
-        if trajectory.skills_in_prompt and not cfg.skills:
+        if trajectory.skills_in_prompt and not cfg.skills.bank:
             raise ConfigError(f"--resume: {out} line {line} was played with skills in the policy's prompt, but this "
                               "command has no --skills. Pass the --skills (and --retrieval, --skills-k) of the "
                               "interrupted rollout. The file was not changed.")
@@ -168,25 +212,27 @@ def check_resumed_model(plan: ResumePlan, backend_name: str) -> None:
         raise _mismatch(plan.path, line, "model", recorded, backend_name)
 
 
-def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path | None = None,
+def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path | None = None, skills=None,
                 on_resume: Callable[[ResumePlan], None] | None = None) -> tuple[RolloutStats, Path]:
     """Play ``cfg.episodes`` tasks ``cfg.group_size`` times each and write the trajectories.
 
+    ``cfg.env`` must have the environment's defaults filled in (``resolve_env``). ``skills``: the
+    ``SkillSelector`` whose skills the policy sees (built by the caller from ``cfg.skills``), or None.
     With ``cfg.resume``, play only the episodes missing from ``out`` and append them;
     ``on_resume`` gets the ``ResumePlan`` once the file has been checked, before anything is played
     (when nothing remains, the model is not loaded and nothing is played).
     """
     out = Path(out or cfg.out or default_out_path())
     check_output(out, append=cfg.append, overwrite=cfg.overwrite, resume=cfg.resume)
-    lookup(cfg.env)  # unknown id -> did-you-mean, before anything is loaded
+    lookup(cfg.env.id)  # unknown id -> did-you-mean, before anything is loaded
     if not (model_dir / "config.json").exists():
         raise ModelError(f"--model {model_dir}: no model there (no config.json). Build one with: agentkit model init --out {model_dir}")
-    if cfg.ray is not None:
+    if cfg.env.ray is not None:
         from agentkit.rollout.ray_workers import connect
 
-        connect(cfg.ray)  # a bad address fails here, before a model is loaded
+        connect(cfg.env.ray)  # a bad address fails here, before a model is loaded
 
-    sampling, specs = sampling_params(cfg), episode_specs(cfg)
+    sampling, specs = sampling_params(cfg.sampling, cfg.seed), episode_specs(cfg)
     plan = plan_resume(cfg, out) if cfg.resume else None
     if plan is not None:
         if on_resume is not None:
@@ -197,27 +243,14 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
             return RolloutStats(), out
         specs = list(plan.remaining)
 
-    from agentkit.rollout.backends import make_backend
-
-    backend = make_backend(cfg.backend, model_dir, seed=cfg.seed, device=cfg.device, base_url=cfg.base_url,
-                           served_model=cfg.served_model, api=cfg.api, vllm_args=cfg.vllm_args,
-                           concurrency=cfg.concurrency, request_timeout=cfg.request_timeout,
-                           max_retries=cfg.max_retries, max_response_bytes=cfg.max_response_bytes)
+    backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
     if plan is not None:
         check_resumed_model(plan, backend.name)
-    make_env = env_factory(cfg.env, split=cfg.split, max_turns=cfg.max_turns, env_kwargs=cfg.env_kwargs)
+    make_env = env_factory(cfg.env.id, split=cfg.split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
     make_env().close()  # bad env settings fail here, before the output file is touched
-    envs = make_env_runner(make_env, cfg.env_workers, ray=cfg.ray, step_timeout_s=cfg.step_timeout)
-    selector = None
-    if cfg.skills:
-        from agentkit.skillbank import SkillBank, SkillSelector, make_retriever, resolve_bank
-
-        selector = SkillSelector(SkillBank.load(resolve_bank(cfg.skills)), make_retriever(cfg.retrieval), cfg.skills_k,
-                                 env_id=cfg.env, seed=cfg.seed, show_policy=True)
-    collector = Collector(backend, envs, env_id=cfg.env, split=cfg.split, sampling=sampling,
-                          context=cfg.context, window=cfg.window, show_admissible=cfg.show_admissible,
-                          max_in_flight=cfg.max_in_flight, skills=selector,
-                          max_consecutive_errors=cfg.max_env_errors)
+    envs = make_envs(cfg.env, cfg.split)
+    collector = make_collector(backend, envs, env=cfg.env, split=cfg.split, sampling=sampling, context=cfg.context,
+                               skills=skills, max_in_flight=cfg.max_in_flight)
     mode = "append" if cfg.append or cfg.resume else "overwrite" if cfg.overwrite else "new"
     try:
         writer = TrajectoryWriter(out, mode=mode)
@@ -230,6 +263,26 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
             stats = collector.run(specs, writer.write, progress=progress)
     finally:
         collector.close()
-        if hasattr(backend, "close"):
-            backend.close()
+        backend.close()
     return stats, out
+
+
+def run_eval(cfg, model_dir: Path, *, out: Path | None = None, progress=None, skills=None) -> RolloutStats:
+    """Greedy episodes on seeds ``cfg.seed .. cfg.seed + cfg.episodes - 1`` of ``cfg.split`` (an
+    ``EvalConfig`` with the environment's defaults filled in); with ``out``, the trajectories are
+    written there (``cfg.append`` / ``cfg.overwrite`` as for rollout)."""
+    lookup(cfg.env.id)
+    backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
+    make_env = env_factory(cfg.env.id, split=cfg.split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
+    make_env().close()  # bad env settings fail here, before anything is played or written
+    collector = make_collector(backend, make_envs(cfg.env, cfg.split), env=cfg.env, split=cfg.split,
+                               sampling=sampling_params(cfg.sampling, cfg.seed), context=cfg.context, skills=skills)
+    specs = [EpisodeSpec(seed) for seed in range(cfg.seed, cfg.seed + cfg.episodes)]
+    try:
+        if out is None:
+            return collector.run(specs, lambda trajectory: None, progress=progress)
+        with TrajectoryWriter(out, mode="append" if cfg.append else "overwrite" if cfg.overwrite else "new") as writer:
+            return collector.run(specs, writer.write, progress=progress)
+    finally:
+        collector.close()
+        backend.close()

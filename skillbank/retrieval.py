@@ -14,11 +14,12 @@ import re
 from collections import Counter
 from typing import Any, Protocol, runtime_checkable
 
-from agentkit.skillbank.bank import Skill, SkillBank
+from agentkit.skillbank.bank import Skill, SkillBank, resolve_bank
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentkit.core.errors import ConfigError
 from agentkit.core.plugins import PluginRegistry, PluginSpec
+from agentkit.core.settings import SkillSettings
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset("a an the to of in on at and or is are be it you your this that with for from into".split())
@@ -204,3 +205,12 @@ class SkillSelector:
                                          rng=rng)
         text = render_skills(chosen, "[Skills]") if self.show_policy and chosen else None
         return [s.id for s in chosen], text
+
+
+def policy_selector(settings: SkillSettings, *, env_id: str, seed: int) -> SkillSelector | None:
+    """The selector whose skills a policy sees in its prompt (``rollout``/``eval`` with ``--skills``),
+    or None when no bank is given."""
+    if not settings.bank:
+        return None
+    return SkillSelector(SkillBank.load(resolve_bank(settings.bank)), make_retriever(settings.retrieval, settings.args),
+                         settings.k, env_id=env_id, seed=seed, show_policy=True)

@@ -1,5 +1,5 @@
-"""Typed configs at the command line: each pydantic field becomes a flag whose help is the field's
-description, so the docs live in one place (the config class). Also the one way agentkit reads YAML
+"""Typed settings at the command line: each leaf field of a settings model becomes a flag and a
+``--set`` key whose help is the field's description, so the docs live in one place (the model). Also the one way agentkit reads YAML
 (config files, skill banks, ``--set KEY=VALUE``): every failure is a ConfigError naming the file and line."""
 
 from __future__ import annotations
@@ -8,45 +8,139 @@ import argparse
 import os
 import types
 import typing
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
-from agentkit.core.errors import ConfigError
+from agentkit.core.errors import ConfigError, did_you_mean
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel], *, skip: set[str] = frozenset()) -> None:
-    """Add one flag per field of ``model``; defaults stay unset so the config's own apply."""
+@dataclass(frozen=True)
+class Setting:
+    """One leaf setting of a settings model: its ``--set`` key, flag, type, default and help."""
+
+    key: str  # dotted, e.g. "env.max_turns"
+    flag: str  # e.g. "--max-turns"
+    annotation: Any
+    default: Any
+    description: str
+    choices: tuple[Any, ...] | None = None
+    variant: str | None = None  # backend settings: the backend kind this option belongs to
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (types.UnionType, typing.Union) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    annotation = _unwrap_optional(annotation)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _union_variants(annotation: Any) -> list[type[BaseModel]]:
+    """The models of a (tagged, discriminated) union of settings models, else []."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) not in (types.UnionType, typing.Union):
+        return []
+    variants = []
+    for arg in typing.get_args(annotation):
+        if typing.get_origin(arg) is typing.Annotated:
+            arg = typing.get_args(arg)[0]
+        if not (isinstance(arg, type) and issubclass(arg, BaseModel)):
+            return []
+        variants.append(arg)
+    return variants
+
+
+def _default_of(field: FieldInfo) -> Any:
+    return None if field.is_required() else field.get_default(call_default_factory=True)
+
+
+def settings_of(model: type[BaseModel], prefix: str = "") -> list[Setting]:
+    """Every leaf setting of ``model`` (nested models walked; a discriminated union of models, such
+    as the backend, contributes its tag once and each variant's own options)."""
+    rows: list[Setting] = []
     for name, field in model.model_fields.items():
-        if name in skip:
+        key = f"{prefix}{name}"
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if (sub := _submodel(field.annotation)) is not None:
+            rows += settings_of(sub, f"{key}.")
             continue
-        annotation = field.annotation
-        origin = typing.get_origin(annotation)
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if origin in (types.UnionType, typing.Union) and len(args) == 1:
-            annotation, origin = args[0], typing.get_origin(args[0])
-        default = None if field.default is None or field.is_required() or field.default_factory else field.default
-        help_text = (field.description or "") + (f" (default: {default})" if default not in (None, "") else "")
-        kwargs: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS, "dest": name}
-        if annotation is bool:
+        if variants := _union_variants(field.annotation):
+            tag = variants[0].model_fields["kind"]
+            tag_extra = tag.json_schema_extra if isinstance(tag.json_schema_extra, dict) else {}
+            kinds = tuple(v.model_fields["kind"].default for v in variants)
+            rows.append(Setting(f"{key}.kind", tag_extra.get("flag", _flag(name)), str, kinds[0],
+                                tag.description or "", kinds))
+            for variant, kind in zip(variants, kinds, strict=True):
+                rows += [replace(row, variant=kind) for row in settings_of(variant, f"{key}.") if row.key != f"{key}.kind"]
+            continue
+        annotation = _unwrap_optional(field.annotation)
+        choices = typing.get_args(annotation) if typing.get_origin(annotation) is Literal else None
+        rows.append(Setting(key, extra.get("flag", _flag(name)), annotation, _default_of(field),
+                            field.description or "", choices))
+    return rows
+
+
+def _pairs(values: list[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` words (values read as YAML), or one JSON object, into a dict."""
+    if len(values) == 1 and values[0].lstrip().startswith("{"):
+        return _json_object(values[0])
+    return dict(parse_assignment(v, flag=flag, form="key=value", example="level=3") for v in values)
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser, model: type[BaseModel], *,
+                           skip: frozenset[str] = frozenset()) -> None:
+    """One flag per leaf setting of ``model`` (``skip``: dotted keys without a flag). Defaults stay
+    unset, so the model's own apply; ``settings_from_args`` reads back what was given."""
+    for row in settings_of(model):
+        if row.key in skip:
+            continue
+        shown = row.default if row.default not in (None, "", {}, []) else None
+        help_text = row.description + (f" (default: {shown})" if shown is not None else "") + f" [{row.key}]"
+        kwargs: dict[str, Any] = {"help": help_text.replace("%", "%%"), "default": argparse.SUPPRESS,
+                                  "dest": "setting:" + row.key}
+        origin = typing.get_origin(row.annotation)
+        if row.annotation is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
-        elif origin is Literal:
-            kwargs["choices"] = list(typing.get_args(annotation))
-        elif annotation in (int, float, str):
-            kwargs["type"] = annotation
-            kwargs["metavar"] = name.split("_")[-1].upper()
+        elif row.choices is not None:
+            kwargs["choices"] = list(row.choices)
+        elif row.annotation in (int, float, str):
+            kwargs["type"] = row.annotation
+            kwargs["metavar"] = row.key.split(".")[-1].split("_")[-1].upper()
         elif origin in (list, tuple):
             kwargs["nargs"] = "*"
-        elif origin is dict:
-            kwargs["type"] = _json_object
-            kwargs["metavar"] = "JSON"
-        parser.add_argument(_flag(name), **kwargs)
+        elif origin is dict or row.annotation is dict:
+            kwargs["nargs"] = "+"
+            kwargs["metavar"] = "KEY=VALUE"
+        parser.add_argument(row.flag, **kwargs)
+
+
+def settings_from_args(args: argparse.Namespace, model: type[BaseModel]) -> dict[str, Any]:
+    """The flags given on the command line as ``{dotted key: value}``."""
+    rows = {row.key: row for row in settings_of(model)}
+    given = {}
+    for dest, value in vars(args).items():
+        if not dest.startswith("setting:"):
+            continue
+        key = dest.removeprefix("setting:")
+        row = rows[key]
+        if typing.get_origin(row.annotation) is dict or row.annotation is dict:
+            value = _pairs(value, row.flag)
+        given[key] = value
+    return given
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -55,24 +149,103 @@ def _json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:
-        raise argparse.ArgumentTypeError(f"not JSON ({err.msg} at character {err.pos}): {text!r}; "
-                                         'write an object such as \'{"dtype": "float32"}\'') from err
+        raise ConfigError(f"not JSON ({err.msg} at character {err.pos}): {text!r}; "
+                          'write an object such as \'{"dtype": "float32"}\' or KEY=VALUE pairs') from err
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object ({{...}}), got {text!r}")
+        raise ConfigError(f"expected a JSON object ({{...}}) or KEY=VALUE pairs, got {text!r}")
     return value
 
 
-def build_config(model: type[BaseModel], values: dict[str, Any]):
-    """Validate ``values`` into ``model``; any problem becomes a ConfigError naming the flag."""
+def set_dotted(data: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: {key!r} is not a section.")
+    node[keys[-1]] = value
+
+
+def _unknown_key_message(loc: tuple, model: type[BaseModel], renamed: dict[str, str]) -> str:
+    dotted = ".".join(str(p) for p in loc)
+    for old, new in renamed.items():
+        if dotted == old or dotted.startswith(old + "."):
+            return f"{dotted!r} is now {new + dotted[len(old):]!r}; rename it."
+    node: Any = model
+    path = []
+    for part in loc:
+        sub = _submodel(node) if node is not model else model
+        if sub is None:
+            variants = _union_variants(node)
+            fields = {n for v in variants for n in v.model_fields}
+            if variants and str(part) in fields:
+                owners = [v.model_fields["kind"].default for v in variants if str(part) in v.model_fields]
+                return f"{'.'.join([*path, str(part)])!r} is an option of backend {' / '.join(owners)}, not of the one chosen."
+            if variants and str(part) in {v.model_fields["kind"].default for v in variants}:
+                continue  # pydantic puts the union's tag in the location
+            break
+        fields = sub.model_fields
+        if str(part) not in fields:
+            return (f"unknown key {'.'.join([*path, str(part)])!r}.{did_you_mean(str(part), fields)} "
+                    f"Known here: {sorted(fields)}")
+        path.append(str(part))
+        node = fields[str(part)].annotation
+    return f"unknown key {dotted!r}"
+
+
+def load_settings(model: type[BaseModel], path: str | os.PathLike | None = None, overrides: list[str] | None = None,
+                  values: dict[str, Any] | None = None, *, renamed: dict[str, str] | None = None,
+                  what: str = "settings") -> Any:
+    """Build ``model`` from a YAML file, then ``--set key=value`` overrides, then ``values`` (the
+    flags given, by dotted key). Every problem is one ConfigError that names the key and its flag."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        loaded = read_yaml(path, what="config")  # problems name the file and line
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"Config {path} must be a YAML mapping of sections, got {type(loaded).__name__}.")
+        data = loaded
+    for item in overrides or []:
+        key, value = parse_assignment(item)
+        set_dotted(data, key, value)
+    for key, value in (values or {}).items():
+        set_dotted(data, key, value)
+    return validate_settings(model, data, renamed=renamed or {}, what=what)
+
+
+def validate_settings(model: type[BaseModel], data: dict[str, Any], *, renamed: dict[str, str] | None = None,
+                      what: str = "settings") -> Any:
+    flags = {row.key: row.flag for row in settings_of(model)}
     try:
-        return model(**values)
+        return model.model_validate(data)
     except ValidationError as err:
         problems = []
         for e in err.errors():
-            loc = ".".join(str(p) for p in e["loc"]) or "config"
-            flag = _flag(str(e["loc"][0])) if e["loc"] else "config"
-            problems.append(f"{flag} ({loc}): {e['msg']}")
-        raise ConfigError("Invalid settings:\n  " + "\n  ".join(problems)) from err
+            loc = tuple(p for p in e["loc"] if p not in ("hf", "vllm", "openai"))
+            if e["type"] == "extra_forbidden":
+                problems.append(_unknown_key_message(tuple(e["loc"]), model, renamed or {}))
+                continue
+            key = ".".join(str(p) for p in loc)
+            shown = f"{key} ({flags[key]})" if key in flags else key or "settings"
+            message = e["msg"].removeprefix("Value error, ")
+            problems.append(f"{shown}: {message}" if key else message)
+        raise ConfigError(f"Invalid {what}:\n  " + "\n  ".join(problems)) from err
+
+
+def describe_settings(model: type[BaseModel], prefix: str = "", *, flags: bool = True) -> list[str]:
+    """``key (flag, default): description`` for every leaf setting of ``model``."""
+    lines = []
+    for row in settings_of(model, prefix):
+        owner = f"; backend {row.variant}" if row.variant else ""
+        shown = f"{row.flag}, " if flags else ""
+        lines.append(f"  {row.key} ({shown}default {row.default!r}{owner}): {row.description}")
+    return lines
+
+
+def build_config(model: type[BaseModel], values: dict[str, Any]):
+    """Validate ``values`` (field name -> value) into ``model``; any problem is a ConfigError naming the flag."""
+    return validate_settings(model, values)
 
 
 # -- YAML ---------------------------------------------------------------------------------------

@@ -1,0 +1,177 @@
+"""Every setting that more than one command has, defined once.
+
+``rollout``, ``eval``, ``demos`` and ``train`` compose these models, so a setting has one name (its
+``--set`` key), one flag, one default and one help text everywhere: the flags of every command
+are generated from the models (``agentkit.core.config.add_settings_arguments``), and the settings
+table in ``docs/settings.md`` is generated from them too (``python -m agentkit.settings_doc``).
+
+Defaults that belong to an environment (its settings such as the coin level, a turn limit long
+enough for its expert plans, its held-out split, its action format and system prompt) come from
+its registration (``agentkit.envs.env_info``): the fields for them default to ``None`` here, which
+means "the environment's own", and are filled in before a command runs (and recorded that way in a
+run's ``config.yaml``).
+
+A field's flag is ``--`` plus its name with dashes, unless the field declares another in
+``json_schema_extra={"flag": ...}``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+
+class Settings(BaseModel):
+    """Base of every settings model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_assignment=True)
+
+
+def flag(name: str) -> dict[str, Any]:
+    return {"flag": name}
+
+
+class EnvSettings(Settings):
+    """Which environment and how its episodes run."""
+
+    id: str = Field("textworld/coin-v0", json_schema_extra=flag("--env"),
+                    description="Environment id (agentkit envs list).")
+    kwargs: dict[str, Any] = Field(default_factory=dict, json_schema_extra=flag("--env-kwargs"),
+                                   description="Environment settings over its registered defaults, e.g. level=5 "
+                                               "(agentkit envs list shows each environment's).")
+    max_turns: int | None = Field(None, gt=0, description="Turns per episode before truncation "
+                                  "(default: the environment's, long enough for its expert plans).")
+    workers: int = Field(0, ge=0, json_schema_extra=flag("--env-workers"),
+                         description="Environment worker processes, or Ray actors with --ray "
+                                     "(0 = step the environments in this process).")
+    ray: str | None = Field(None, description="Run the environment workers as Ray actors on this cluster: auto "
+                            "(a running cluster), host:port, ray://host:port, or local (start one here).")
+    step_timeout: float = Field(120.0, gt=0, description="Seconds an environment step may take before its worker "
+                                "is restarted and the episode ended (with --env-workers >= 1).")
+    max_errors: int = Field(10, ge=0, json_schema_extra=flag("--max-env-errors"),
+                            description="Stop once this many episodes in a row end in an environment error (it "
+                                        "raised, its worker died or hung); each is recorded with its error. "
+                                        "0 = never stop.")
+
+    @model_validator(mode="after")
+    def _check(self) -> EnvSettings:
+        if self.ray is not None and self.workers == 0:
+            raise ValueError("env.ray (--ray) runs the environments in Ray actors, but env.workers (--env-workers) "
+                             "is 0, which means in this process: set --env-workers N (N actors) or drop --ray.")
+        return self
+
+
+class GenerationSettings(Settings):
+    """How long an answer may be (greedy evaluation has only this)."""
+
+    max_new_tokens: int = Field(32, gt=0, description="Most tokens per response.")
+
+
+class SamplingSettings(GenerationSettings):
+    """How responses are sampled."""
+
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Sample among the k most likely tokens (0 = off).")
+
+
+class ContextSettings(Settings):
+    """What the model sees each turn."""
+
+    mode: Literal["chat", "window"] = Field("chat", json_schema_extra=flag("--context"),
+                                            description="chat: one growing conversation (token-exact); window: a "
+                                                        "fresh prompt each turn with the task and the last turns.")
+    window: int = Field(3, ge=0, description="Turns of history in window mode.")
+    show_admissible: bool = Field(True, description="List the admissible actions in each observation.")
+    system_prompt: str | None = Field(None, description="System prompt (default: the environment's action format "
+                                      "instruction, e.g. answer inside <action></action>).")
+
+
+class SkillSettings(Settings):
+    """Skill banks: which bank, how skills are retrieved."""
+
+    bank: str | None = Field(None, json_schema_extra=flag("--skills"),
+                             description="Skill bank: a JSON/YAML file or a starter name (textworld, alfworld, ...). "
+                                         "rollout/eval: the policy sees the retrieved skills only when one is given; "
+                                         "train: default the environment family's starter bank for objectives that "
+                                         "retrieve skills.")
+    retrieval: str = Field("ucb", description="Retriever: ucb | keyword | full | random | a plugin.")
+    k: int = Field(3, gt=0, json_schema_extra=flag("--skills-k"), description="Skills retrieved per episode.")
+    args: dict[str, Any] = Field(default_factory=dict, json_schema_extra=flag("--retrieval-args"),
+                                 description="The retriever's own settings (ucb: c).")
+
+
+# -- backends: a discriminated union, each with only its own options ------------------------------
+class HFBackendSettings(Settings):
+    kind: Literal["hf"] = Field("hf", json_schema_extra=flag("--backend"),
+                                description="Generation backend: hf (transformers; in training it samples with the "
+                                            "trained module itself), vllm (an in-process vLLM engine; weights synced "
+                                            "after every update), openai (an OpenAI-compatible server at --base-url; "
+                                            "--model is the folder with its tokenizer; not for training).")
+    device: str = Field("cpu", description="Torch device of the transformers backend.")
+
+
+class VLLMBackendSettings(Settings):
+    kind: Literal["vllm"] = "vllm"
+    args: dict[str, Any] = Field(default_factory=dict, json_schema_extra=flag("--vllm-args"),
+                                 description="vllm.LLM settings (gpu_memory_utilization, dtype, weight_sync="
+                                             "direct|ipc|file, kv_cache_gib, enable_sleep_mode, tensor_parallel_size...).")
+    sleep: bool = Field(False, json_schema_extra=flag("--vllm-sleep"),
+                        description="Put the vLLM engine to sleep during updates (GPU; needs "
+                                    "--vllm-args enable_sleep_mode=true).")
+
+    @model_validator(mode="after")
+    def _check(self) -> VLLMBackendSettings:
+        if self.sleep and not self.args.get("enable_sleep_mode"):
+            raise ValueError("backend.sleep (--vllm-sleep) needs backend.args.enable_sleep_mode=true "
+                             "(--vllm-args enable_sleep_mode=true).")
+        return self
+
+
+class OpenAIBackendSettings(Settings):
+    kind: Literal["openai"] = "openai"
+    base_url: str = Field(..., description="Server API root for --backend openai, e.g. http://127.0.0.1:8000/v1 "
+                          "(key from $OPENAI_API_KEY).")
+    served_model: str | None = Field(None, description="Model name on the server (default: the first it lists).")
+    api: Literal["completions", "chat"] = Field("completions", description="completions: token-id prompts, "
+                                                "token-exact (vLLM, SGLang); chat: messages (hosted APIs; "
+                                                "re-tokenized when the server returns no ids).")
+    concurrency: int = Field(16, gt=0, description="Requests in flight.")
+    request_timeout: float = Field(120.0, gt=0, description="Seconds one request may take (each retry gets as long).")
+    max_retries: int = Field(4, ge=0, description="Retries of a failed request (connection errors, timeouts, "
+                             "429/5xx, malformed answers), with exponential backoff.")
+    max_response_bytes: int = Field(64 * 2**20, gt=0, description="Largest answer accepted, in bytes.")
+
+
+def _backend_kind(value: Any) -> str:
+    """The variant of a backend section: its ``kind``, ``hf`` when not given."""
+    if isinstance(value, dict):
+        return value.get("kind", "hf")
+    return value.kind  # an instance of one of the variants
+
+
+BackendSettings = Annotated[
+    Annotated[HFBackendSettings, Tag("hf")] | Annotated[VLLMBackendSettings, Tag("vllm")]
+    | Annotated[OpenAIBackendSettings, Tag("openai")],
+    Discriminator(_backend_kind),
+]
+BACKEND_VARIANTS: tuple[type[Settings], ...] = (HFBackendSettings, VLLMBackendSettings, OpenAIBackendSettings)
+
+
+def backend_default() -> HFBackendSettings:
+    return HFBackendSettings()
+
+
+class OutputSettings(Settings):
+    """What to do with an existing output file."""
+
+    append: bool = Field(False, description="Append to an existing output file.")
+    overwrite: bool = Field(False, description="Replace an existing output file (the old one stays until the new "
+                            "one is complete).")
+
+    @model_validator(mode="after")
+    def _check_output(self) -> OutputSettings:
+        if self.append and self.overwrite:
+            raise ValueError("--append and --overwrite exclude each other; pick one.")
+        return self

@@ -88,31 +88,36 @@ def load_policy(model_dir: Path):
 
 
 def build(name: str, args: dict, teacher_kind: str | None, policy, tokenizer, teacher_dir: Path):
+    """(objective, teacher, judge) as the training loop builds them (``agentkit.scoring``)."""
     from agentkit.objectives import make_objective
     from agentkit.skillbank import SkillBank, resolve_bank
-    from agentkit.teachers import make_teacher
 
-    teacher = None
-    if teacher_kind == "self":
-        teacher = make_teacher("self", policy=policy, tokenizer=tokenizer,
-                               bank=SkillBank.load(resolve_bank("textworld")), privileged=["skills"])
-    elif teacher_kind == "model":
-        teacher = make_teacher(f"model:{teacher_dir}", policy=policy, tokenizer=tokenizer)
-    return make_objective(name, args, teacher=teacher), teacher
+    from agentkit.scoring import build_teacher_and_judge
+
+    objective = make_objective(name, args)
+    spec = {"self": "self", "model": f"model:{teacher_dir}"}.get(teacher_kind or "")
+    bank = SkillBank.load(resolve_bank("textworld")) if teacher_kind == "self" else None
+    teacher, judge = build_teacher_and_judge(objective.requirements(), teacher_spec=spec, policy=policy,
+                                             tokenizer=tokenizer, bank=bank,
+                                             privileged=["skills"] if teacher_kind == "self" else None, objective=name)
+    return objective, teacher, judge
 
 
-def prepare(objective, trajectories, policy, model_dir: Path):
-    """The batch an objective trains on, with the reference's logprobs if it asks for them."""
+def prepare(objective, teacher, judge, trajectories, policy, model_dir: Path):
+    """The batch an objective trains on (teacher scores and judgments as the loop computes them),
+    with the reference's logprobs if it asks for them."""
     from dataclasses import replace
 
     import torch
     from agentkit.objectives import policy_logprobs
 
+    from agentkit.scoring import score_step
+
     started = time.perf_counter()
-    batch = objective.prepare(trajectories)
+    batch = objective.prepare(trajectories, score_step(objective.requirements(), teacher, judge, trajectories))
     prepare_s = time.perf_counter() - started
     ref_s = 0.0
-    if objective.needs_reference:
+    if objective.requirements().needs_reference:
         reference = load_policy(model_dir)
         reference.requires_grad_(False)
         started = time.perf_counter()
@@ -155,7 +160,7 @@ def objective_step(model, optimizer, objective, batch, micro_batch_tokens: int) 
     optimizer.zero_grad(set_to_none=True)
     total, metrics_sum = 0.0, {}
     for micro in batch.micro_batches(micro_batch_tokens):
-        if getattr(objective, "needs_support", False):
+        if objective.requirements().needs_support:
             logprobs, support = policy_logprobs(model, micro, support=True)
             loss, metrics = objective.loss(micro, logprobs, support)
         else:
@@ -319,26 +324,26 @@ def main() -> None:
     results = []
     nll_all = []
     for label, name, objective_args, teacher_kind in rows:
-        objective, teacher = build(name, objective_args, teacher_kind, policy, tokenizer, teacher_dir)
+        objective, teacher, judge = build(name, objective_args, teacher_kind, policy, tokenizer, teacher_dir)
         restore()
-        batch, prepare_s, ref_s = prepare(objective, trajectories, policy, args.model)
+        batch, prepare_s, ref_s = prepare(objective, teacher, judge, trajectories, policy, args.model)
         prepare_runs = [prepare_s]
         for _ in range(1):
             restore()
-            prepare_runs.append(prepare(objective, trajectories, policy, args.model)[1])
+            prepare_runs.append(prepare(objective, teacher, judge, trajectories, policy, args.model)[1])
         score_s = judge_s = None
         if teacher is not None:
             runs = []
             for _ in range(3):
                 started = time.perf_counter()
-                teacher.score(batch, trajectories, topk=objective.config.topk if getattr(objective, "needs_support", False) else None)
+                teacher.score(batch, trajectories, topk=objective.requirements().topk)
                 runs.append(time.perf_counter() - started)
             score_s = statistics.median(runs)
-        if name == "sage_opd":
+        if judge is not None:
             runs = []
             for _ in range(3):
                 started = time.perf_counter()
-                objective.judge.judge(trajectories)
+                judge.judge(trajectories)
                 runs.append(time.perf_counter() - started)
             judge_s = statistics.median(runs)
         objective_step(policy, optimizer, objective, batch, args.micro_batch_tokens)  # warm-up
@@ -374,11 +379,11 @@ def main() -> None:
 
     llm_judge_ms = None
     if not args.no_llm_judge and any(r[1] == "sage_opd" for r in rows):
-        objective, _ = build("sage_opd", {"judge": "teacher"}, "model", policy, tokenizer, teacher_dir)
+        _, _, judge = build("sage_opd", {"judge": "teacher"}, "model", policy, tokenizer, teacher_dir)
         runs = []
         for _ in range(3):
             started = time.perf_counter()
-            judgments = objective.judge.judge(trajectories)
+            judgments = judge.judge(trajectories)
             runs.append(time.perf_counter() - started)
         llm_judge_ms = 1000 * statistics.median(runs)
         print(f"LLM judge: {judgments.asked} turns asked", file=sys.stderr)

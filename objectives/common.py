@@ -4,9 +4,11 @@ clipped policy-gradient term."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from agentkit.objectives.batch import TokenBatch
+from agentkit.objectives.scores import StepScores
 
 
 def group_advantages(returns: Sequence[float], groups: Sequence[str], *, normalize_std: bool = True,
@@ -67,25 +69,23 @@ def clipped_pg(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: t
     return -torch.minimum(unclipped, clipped), (clipped < unclipped)
 
 
-def with_teacher(batch: TokenBatch, teacher, trajectories: Sequence, *, topk: int | None = None,
-                 objective: str = "this objective") -> TokenBatch:
-    """Score the batch's response tokens with ``teacher`` (no gradients) and attach the scores."""
-    from dataclasses import replace
-
-    if teacher is None:
-        from agentkit.core.errors import ConfigError
-
-        raise ConfigError(f"{objective} needs a teacher: pass --teacher self or --teacher model:DIR "
-                          "(agentkit train --help).")
-    scores = teacher.score(batch, trajectories, topk=topk)
-    return replace(batch, teacher_logprobs=scores.logprobs, teacher_top1=scores.top1,
-                   teacher_support_ids=scores.support_ids, teacher_support_logprobs=scores.support_logprobs)
+def with_teacher(batch: TokenBatch, scores: StepScores | None, objective: str) -> TokenBatch:
+    """Attach the teacher's scores (computed by the loop, ``agentkit.scoring.score_step``) to ``batch``."""
+    if scores is None or scores.teacher is None:
+        raise ValueError(f"{objective} needs the teacher's scores: pass prepare(trajectories, scores) with "
+                         "scores = agentkit.scoring.score_step(...) (the training loop does).")
+    teacher = scores.teacher
+    if tuple(teacher.logprobs.shape) != tuple(batch.response_mask.shape):
+        raise ValueError(f"{objective}: the teacher's scores are {tuple(teacher.logprobs.shape)}, the batch "
+                         f"{tuple(batch.response_mask.shape)}; score the same trajectories, in the same order.")
+    return replace(batch, teacher_logprobs=teacher.logprobs, teacher_top1=teacher.top1,
+                   teacher_support_ids=teacher.support_ids, teacher_support_logprobs=teacher.support_logprobs)
 
 
 def teacher_logprobs(batch: TokenBatch, objective: str) -> torch.Tensor:
     if batch.teacher_logprobs is None:
         raise ValueError(f"{objective}: batch.teacher_logprobs is missing; build the batch with the objective's "
-                         "prepare(), which asks the teacher.")
+                         "prepare(trajectories, scores) with the teacher's scores.")
     return batch.teacher_logprobs.detach()  # a teacher quantity never carries gradient
 
 

@@ -13,11 +13,14 @@ computes it; a group whose returns are all equal gets zero advantages.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import replace
+from typing import ClassVar, Literal
 
 import torch
 from agentkit.objectives.batch import TokenBatch, build_batch
 from agentkit.objectives.common import aggregate, clipped_pg, group_advantages, k3_kl, masked_mean
+from agentkit.objectives.protocol import Capabilities
+from agentkit.objectives.scores import StepScores
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentkit.core.trajectory import Trajectory
@@ -42,16 +45,16 @@ def shaped_returns(trajectories: Sequence[Trajectory], invalid_action_penalty: f
 
 class GRPO:
     Config = GRPOConfig
-    uses_demonstrations = False
+    # needs_reference: some settings (kl_coef > 0) do; requirements() says whether these do
+    capabilities: ClassVar[Capabilities] = Capabilities(needs_groups=True, needs_reference=True)
 
     def __init__(self, config: GRPOConfig | None = None) -> None:
-        self.config = config or GRPOConfig()
+        self.config = config or self.Config()
 
-    @property
-    def needs_reference(self) -> bool:
-        return self.config.kl_coef > 0
+    def requirements(self) -> Capabilities:
+        return replace(self.capabilities, needs_reference=self.config.kl_coef > 0)
 
-    def prepare(self, trajectories: Sequence[Trajectory]) -> TokenBatch:
+    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
         returns = shaped_returns(trajectories, self.config.invalid_action_penalty)
         advantages = group_advantages(returns, [t.group for t in trajectories],
                                       normalize_std=self.config.normalize_std, eps=self.config.eps)

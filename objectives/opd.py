@@ -18,7 +18,8 @@ policy's log-prob, detached; on the first update of a step it equals the samplin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import replace
+from typing import ClassVar, Literal
 
 import torch
 from agentkit.objectives.batch import TokenBatch, build_batch
@@ -30,6 +31,8 @@ from agentkit.objectives.common import (
     teacher_logprobs,
     with_teacher,
 )
+from agentkit.objectives.protocol import Capabilities
+from agentkit.objectives.scores import StepScores
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentkit.core.trajectory import Trajectory
@@ -55,25 +58,18 @@ def full_reverse_kl(student: torch.Tensor, teacher: torch.Tensor, renormalize: b
 
 class OPD:
     Config = OPDConfig
-    needs_reference = False
-    uses_demonstrations = False
-    needs_teacher = True
-    default_teacher: str | None = None  # a separate model: --teacher model:DIR
-    uses_skills = False
-    policy_sees_skills = False
+    # no default teacher: a separate model, --teacher model:DIR. needs_support: with estimator=full.
+    capabilities: ClassVar[Capabilities] = Capabilities(needs_teacher=True, needs_support=True)
 
-    def __init__(self, config: OPDConfig | None = None, teacher=None) -> None:
+    def __init__(self, config: OPDConfig | None = None) -> None:
         self.config = config or self.Config()
-        self.teacher = teacher
 
-    @property
-    def needs_support(self) -> bool:
-        return self.config.estimator == "full"
+    def requirements(self) -> Capabilities:
+        full = self.config.estimator == "full"
+        return replace(self.capabilities, needs_support=full, topk=self.config.topk if full else None)
 
-    def prepare(self, trajectories: Sequence[Trajectory]) -> TokenBatch:
-        topk = self.config.topk if self.needs_support else None
-        return with_teacher(build_batch(trajectories), self.teacher, trajectories, topk=topk,
-                            objective=type(self).__name__.lower())
+    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
+        return with_teacher(build_batch(trajectories), scores, type(self).__name__.lower())
 
     def loss(self, batch: TokenBatch, logprobs: torch.Tensor,
              support: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:

@@ -9,7 +9,10 @@ and settings as ``opd``.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from agentkit.objectives.opd import OPD, OPDConfig
+from agentkit.objectives.protocol import Capabilities
 
 
 class OPSDConfig(OPDConfig):
@@ -18,5 +21,5 @@ class OPSDConfig(OPDConfig):
 
 class OPSD(OPD):
     Config = OPSDConfig
-    default_teacher = "self"
-    uses_skills = True
+    capabilities: ClassVar[Capabilities] = Capabilities(needs_teacher=True, default_teacher="self", uses_skills=True,
+                                                        needs_support=True)

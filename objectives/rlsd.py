@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import ClassVar
 
 import torch
 from agentkit.objectives.batch import TokenBatch
 from agentkit.objectives.common import gap_metrics, masked_mean, teacher_logprobs, with_teacher
 from agentkit.objectives.grpo import GRPO, GRPOConfig
+from agentkit.objectives.protocol import Capabilities
+from agentkit.objectives.scores import StepScores
 from pydantic import Field
 
 from agentkit.core.trajectory import Trajectory
@@ -36,17 +39,11 @@ def rlsd_weights(advantages: torch.Tensor, gap: torch.Tensor, eps: float) -> tor
 
 class RLSD(GRPO):
     Config = RLSDConfig
-    needs_teacher = True
-    default_teacher = "self"
-    uses_skills = True
-    policy_sees_skills = False
+    capabilities: ClassVar[Capabilities] = replace(GRPO.capabilities, needs_teacher=True, default_teacher="self",
+                                                   uses_skills=True)
 
-    def __init__(self, config: RLSDConfig | None = None, teacher=None) -> None:
-        super().__init__(config or self.Config())
-        self.teacher = teacher
-
-    def prepare(self, trajectories: Sequence[Trajectory]) -> TokenBatch:
-        return with_teacher(super().prepare(trajectories), self.teacher, trajectories, objective="rlsd")
+    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
+        return with_teacher(super().prepare(trajectories), scores, "rlsd")
 
     def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         cfg, mask = self.config, batch.response_mask  # [B, L]

@@ -9,9 +9,10 @@
 
 L_OPD is ``opd``'s sampled estimator: per token -min(rho A, clip(rho) A) with A = -(logS - logT)
 detached. The judge (``judge: teacher``) is the teacher's own weights answering the editable prompt
-in ``agentkit/teachers/templates/judge.txt``; ``judge: oracle`` compares with the environment's
-expert action (ablations). Each token's weight Z * s_t is computed in ``prepare`` and stored in
-``batch.weights``.
+in ``teachers/templates/judge.txt`` (the judge is built by the loop); ``judge: oracle`` compares with the environment's
+expert action (ablations). The loop builds the judge from these settings (``requirements()``)
+and passes its labels to ``prepare`` with the teacher's scores. Each token's weight Z * s_t is
+computed in ``prepare`` and stored in ``batch.weights``.
 
 Departure: Z is computed over the step's whole batch (the "batch" of METHODS.md); with
 ``train.minibatches > 1`` a minibatch's mean weight is then 1 only on average. Metrics: shares of
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import ClassVar
 
 import torch
 from agentkit.objectives.batch import TokenBatch, build_batch
@@ -33,6 +35,8 @@ from agentkit.objectives.common import (
     teacher_logprobs,
     with_teacher,
 )
+from agentkit.objectives.protocol import Capabilities
+from agentkit.objectives.scores import StepScores
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentkit.core.trajectory import Trajectory
@@ -77,30 +81,22 @@ def normalize_weights(s: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor
 
 class SAGEOPD:
     Config = SAGEOPDConfig
-    needs_reference = False
-    uses_demonstrations = False
-    needs_teacher = True
-    default_teacher: str | None = None  # a separate, larger model: --teacher model:DIR
-    uses_skills = False
-    policy_sees_skills = False
+    # no default teacher: a separate, larger model, --teacher model:DIR
+    capabilities: ClassVar[Capabilities] = Capabilities(needs_teacher=True, needs_judge=True, judge="teacher")
     LABEL_IDS = {"skip": 0, "weak": 1, "strong": 2}
 
-    def __init__(self, config: SAGEOPDConfig | None = None, teacher=None, judge=None) -> None:
+    def __init__(self, config: SAGEOPDConfig | None = None) -> None:
         self.config = config or SAGEOPDConfig()
-        self.teacher = teacher
-        self._judge = judge
 
-    @property
-    def judge(self):
-        if self._judge is None:
-            from agentkit.teachers import make_judge
+    def requirements(self) -> Capabilities:
+        return replace(self.capabilities, judge=self.config.judge, judge_template=self.config.judge_template)
 
-            self._judge = make_judge(self.config.judge, self.teacher, self.config.judge_template)
-        return self._judge
-
-    def prepare(self, trajectories: Sequence[Trajectory]) -> TokenBatch:
-        batch = with_teacher(build_batch(trajectories), self.teacher, trajectories, objective="sage_opd")
-        judgments = self.judge.judge(trajectories)
+    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
+        batch = with_teacher(build_batch(trajectories), scores, "sage_opd")
+        judgments = scores.judgments
+        if judgments is None:
+            raise ValueError("sage_opd needs the turn judgments: pass prepare(trajectories, scores) with scores = "
+                             "agentkit.scoring.score_step(...) and a judge (the training loop does).")
         mask = batch.response_mask  # [B, L]
         labels = torch.full_like(batch.turn_index, -1)  # [B, L]
         for b in range(batch.num_rows):

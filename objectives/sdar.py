@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import ClassVar
 
 import torch
 from agentkit.objectives.batch import TokenBatch
 from agentkit.objectives.common import aggregate, gap_metrics, masked_mean, teacher_logprobs, with_teacher
 from agentkit.objectives.grpo import GRPO, GRPOConfig
+from agentkit.objectives.protocol import Capabilities
+from agentkit.objectives.scores import StepScores
 from pydantic import Field
 
 from agentkit.core.trajectory import Trajectory
@@ -40,20 +43,14 @@ def sdar_gate(logprobs: torch.Tensor, logT: torch.Tensor, beta: float) -> tuple[
 
 class SDAR(GRPO):
     Config = SDARConfig
-    needs_teacher = True
-    default_teacher = "self"
-    uses_skills = True
-    policy_sees_skills = False
-
-    def __init__(self, config: SDARConfig | None = None, teacher=None) -> None:
-        super().__init__(config or self.Config())
-        self.teacher = teacher
+    capabilities: ClassVar[Capabilities] = replace(GRPO.capabilities, needs_teacher=True, default_teacher="self",
+                                                   uses_skills=True)
 
     def beta(self) -> float:
         return self.config.beta
 
-    def prepare(self, trajectories: Sequence[Trajectory]) -> TokenBatch:
-        batch = with_teacher(super().prepare(trajectories), self.teacher, trajectories, objective=type(self).__name__)
+    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
+        batch = with_teacher(super().prepare(trajectories), scores, type(self).__name__)
         gate, _ = sdar_gate(batch.old_logprobs, batch.teacher_logprobs, self.beta())  # [B, L], at sampling time
         return replace(batch, signals={**batch.signals, "gate": gate * batch.response_mask})
 

@@ -7,10 +7,13 @@ the minibatch's response tokens, each weighted by ``batch.weights``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from agentkit.objectives.batch import TokenBatch, build_batch
 from agentkit.objectives.common import aggregate
+from agentkit.objectives.protocol import Capabilities
+from agentkit.objectives.scores import StepScores
 from pydantic import BaseModel, ConfigDict
 
 from agentkit.core.trajectory import Trajectory
@@ -22,13 +25,15 @@ class SFTConfig(BaseModel):
 
 class SFT:
     Config = SFTConfig
-    needs_reference = False
-    uses_demonstrations = True
+    capabilities: ClassVar[Capabilities] = Capabilities(uses_demonstrations=True)
 
     def __init__(self, config: SFTConfig | None = None) -> None:
         self.config = config or SFTConfig()
 
-    def prepare(self, trajectories: Sequence[Trajectory]) -> TokenBatch:
+    def requirements(self) -> Capabilities:
+        return self.capabilities
+
+    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
         return build_batch(trajectories)
 
     def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:

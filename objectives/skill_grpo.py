@@ -8,7 +8,11 @@ alike, and records their ids in the trajectory (``skills_in_prompt: true``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import ClassVar
+
 from agentkit.objectives.grpo import GRPO, GRPOConfig
+from agentkit.objectives.protocol import Capabilities
 
 
 class SkillGRPOConfig(GRPOConfig):
@@ -17,5 +21,4 @@ class SkillGRPOConfig(GRPOConfig):
 
 class SkillGRPO(GRPO):
     Config = SkillGRPOConfig
-    uses_skills = True
-    policy_sees_skills = True
+    capabilities: ClassVar[Capabilities] = replace(GRPO.capabilities, uses_skills=True, policy_sees_skills=True)

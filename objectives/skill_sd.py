@@ -14,11 +14,15 @@ gradient flows through k3 only. METHODS.md does not say; detaching keeps the ter
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import ClassVar
 
 import torch
 from agentkit.objectives.batch import TokenBatch
 from agentkit.objectives.common import aggregate, gap_metrics, masked_mean, teacher_logprobs, with_teacher
 from agentkit.objectives.grpo import GRPO, GRPOConfig
+from agentkit.objectives.protocol import Capabilities
+from agentkit.objectives.scores import StepScores
 from pydantic import Field
 
 from agentkit.core.trajectory import Trajectory
@@ -31,17 +35,11 @@ class SkillSDConfig(GRPOConfig):
 
 class SkillSD(GRPO):
     Config = SkillSDConfig
-    needs_teacher = True
-    default_teacher = "self"
-    uses_skills = True
-    policy_sees_skills = False
+    capabilities: ClassVar[Capabilities] = replace(GRPO.capabilities, needs_teacher=True, default_teacher="self",
+                                                   uses_skills=True)
 
-    def __init__(self, config: SkillSDConfig | None = None, teacher=None) -> None:
-        super().__init__(config or self.Config())
-        self.teacher = teacher
-
-    def prepare(self, trajectories: Sequence[Trajectory]) -> TokenBatch:
-        return with_teacher(super().prepare(trajectories), self.teacher, trajectories, objective="skill_sd")
+    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
+        return with_teacher(super().prepare(trajectories), scores, "skill_sd")
 
     def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         grpo_loss, metrics = super().loss(batch, logprobs)

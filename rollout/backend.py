@@ -8,7 +8,7 @@ and top-p). At temperature 1 and top-p 1 that is the model's own logprob. Greedy
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -73,11 +73,19 @@ class GenerationBackend(Protocol):
         tokenizer: a Hugging Face tokenizer with a chat template (shared with training).
         name: the model's name or path, recorded in trajectories.
         max_context: the most tokens prompt + response may hold.
+        syncs_weights: the backend samples from its own copy of the weights: after each update the
+            loop calls ``sync_weights(module)``, or the backend keeps sampling the old policy.
+            False: it samples with the trained module itself (nothing to copy) or cannot take
+            weights at all (a remote server).
+        can_sleep: ``sleep()`` frees accelerator memory for the update and ``wake_up()`` gets it
+            back (vLLM built with ``enable_sleep_mode``); False: both do nothing.
     """
 
     tokenizer: Any
     name: str
     max_context: int
+    syncs_weights: bool
+    can_sleep: bool
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[Generation]:
@@ -86,6 +94,22 @@ class GenerationBackend(Protocol):
         ``seeds`` (one per prompt) make each row's sample depend only on its own seed, not on the
         rest of the batch, so rollouts reproduce however episodes were batched together.
         """
+        ...
+
+    def sync_weights(self, module: Any) -> None:
+        """Sample from ``module``'s current parameters from now on (needed when ``syncs_weights``)."""
+        ...
+
+    def sleep(self, level: int = 1) -> None:
+        """Free accelerator memory until ``wake_up()`` (a no-op unless ``can_sleep``)."""
+        ...
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Undo ``sleep()`` (``tags``: only these parts, e.g. ["weights"]; a no-op unless ``can_sleep``)."""
+        ...
+
+    def close(self) -> None:
+        """Release engines, connections and threads (a no-op when there are none); call once."""
         ...
 
 
@@ -97,3 +121,23 @@ def row_seeds(prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: S
             raise ValueError(f"generate(): {len(prompts)} prompts but {len(seeds)} seeds")
         return [int(s) for s in seeds]
     return [params.seed + row for row in range(len(prompts))]
+
+
+def chat_completer(backend: GenerationBackend, max_new_tokens: int) -> Callable[[Sequence[str]], list[str]]:
+    """``complete(messages) -> answers``: each text sent as one user message with the backend's chat
+    template, answered greedily in one batch (a prompt longer than the context keeps its end).
+    For callers below the rollout layer that need text from a model (skill extraction)."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    tokenizer = backend.tokenizer
+
+    def complete(messages: Sequence[str]) -> list[str]:
+        prompts = []
+        for message in messages:
+            rendered = tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
+                                                     add_generation_prompt=True)
+            ids = list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+            prompts.append(ids[-(backend.max_context - max_new_tokens):])
+        generations = backend.generate(prompts, params, [0] * len(prompts))
+        return [tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in generations]
+
+    return complete

@@ -118,9 +118,16 @@ class HFBackend:
         tokenizer: required when ``model`` is a loaded model.
         device: "cpu" or "cuda".
         seed: seeds the sampler; the same seed and batches give the same samples.
+
+    A backend given a loaded model samples with that very module (training's weights, no copy:
+    ``syncs_weights`` False); one given a folder holds its own copy, which ``sync_weights`` updates.
+    Nothing to put to sleep or to close.
     """
 
+    can_sleep = False
+
     def __init__(self, model, tokenizer=None, *, device: str = "cpu", seed: int = 0, name: str | None = None) -> None:
+        self.syncs_weights = isinstance(model, (str, Path))
         if isinstance(model, (str, Path)):
             self.name = name or str(model)
             self.tokenizer = tokenizer or load_tokenizer(model)
@@ -139,6 +146,19 @@ class HFBackend:
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
+
+    def sync_weights(self, module) -> None:
+        if module is not self.model:  # a shared module is already current
+            self.model.load_state_dict(module.state_dict())
+
+    def sleep(self, level: int = 1) -> None:
+        pass
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,

@@ -242,6 +242,9 @@ class OpenAIBackend:
         max_response_bytes: larger answers are refused.
     """
 
+    syncs_weights = False  # a remote server's weights are not ours to change
+    can_sleep = False
+
     def __init__(self, base_url: str, tokenizer: Any, *, model: str | None = None, api: str = "completions",
                  api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 120.0, max_retries: int = 4,
                  backoff_s: float = 0.5, concurrency: int = 16, max_context: int | None = None,
@@ -529,6 +532,16 @@ class OpenAIBackend:
             lambda abort, s=s: self._call("A prompt_logprobs request", lambda: self._prompt_logprobs_once(s, topk),
                                           abort=abort)
             for s in sequences])
+
+    def sync_weights(self, module) -> None:
+        raise ConfigError(f"{self.name}: a server's weights cannot be updated from here (syncs_weights is False); "
+                          "train with the hf or vllm backend.")
+
+    def sleep(self, level: int = 1) -> None:
+        pass  # the server's memory is not ours to free
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        pass
 
     def close(self) -> None:
         self._closed.set()

@@ -87,6 +87,8 @@ class VLLMBackend:
         engine_kwargs: any other ``vllm.LLM`` argument (``tensor_parallel_size``, ``dtype``...).
     """
 
+    syncs_weights = True  # the engine holds its own copy of the weights
+
     def __init__(self, model: str | os.PathLike, tokenizer: Any = None, *, seed: int = 0, weight_sync: str = "direct",
                  gpu_memory_utilization: float = 0.5, kv_cache_gib: float | None = None,
                  enable_sleep_mode: bool = False, max_model_len: int | None = None, enforce_eager: bool = False,
@@ -132,6 +134,7 @@ class VLLMBackend:
         self._vllm = vllm
         self._ipc = None
         self.asleep = False
+        self.can_sleep = bool(enable_sleep_mode)
         self.weight_version = 0
 
     # -- sampling -----------------------------------------------------------------------------
@@ -229,11 +232,16 @@ class VLLMBackend:
     # -- sharing the accelerator ----------------------------------------------------------------
     def sleep(self, level: int = 1) -> None:
         """Free the engine's memory while the trainer runs (level 1: weights to CPU, KV cache
-        dropped; level 2: both dropped — use it when ``sync_weights`` follows the wake-up)."""
+        dropped; level 2: both dropped — use it when ``sync_weights`` follows the wake-up). A no-op
+        without ``enable_sleep_mode`` (``can_sleep`` False)."""
+        if not self.can_sleep:
+            return
         self.llm.sleep(level=level)
         self.asleep = True
 
     def wake_up(self, tags: list[str] | None = None) -> None:
+        if not self.can_sleep:
+            return
         self.llm.wake_up(tags)
         self.asleep = tags is not None and not {"weights", "kv_cache", "scheduling"} <= set(tags)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,28 +53,22 @@ def episode_prompt(template: str, traj: Trajectory) -> str:
     return template.format(task=traj.task, env=traj.env, actions=actions)
 
 
-def extract_skills(trajectories: Sequence[Trajectory], bank: SkillBank, backend, *, max_new_tokens: int = 96,
-                   dedup_threshold: float = 0.6, template: str | Path | None = None, source: str = "") -> ExtractReport:
-    """Add skills summarized from the won episodes to ``bank`` (in memory; the caller saves)."""
-    from agentkit.rollout.backend import SamplingParams
+def extract_skills(trajectories: Sequence[Trajectory], bank: SkillBank, complete: Callable[[Sequence[str]], list[str]],
+                   *, dedup_threshold: float = 0.6, template: str | Path | None = None, source: str = "") -> ExtractReport:
+    """Add skills summarized from the won episodes to ``bank`` (in memory; the caller saves).
 
+    ``complete(messages) -> answers`` asks the model: one user message per won episode in, its
+    answer out (``agentkit.rollout.backend.chat_completer(backend, max_new_tokens)`` makes one
+    from a generation backend; greedy, so the same episodes give the same answers).
+    """
     text = Path(template or TEMPLATE).read_text(encoding="utf-8")
     report = ExtractReport()
     won = [t for t in trajectories if t.won]
     report.episodes = len(won)
     if not won:
         return report
-    tokenizer = backend.tokenizer
-    prompts = []
-    for traj in won:
-        rendered = tokenizer.apply_chat_template([{"role": "user", "content": episode_prompt(text, traj)}],
-                                                 tokenize=False, add_generation_prompt=True)
-        ids = list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
-        prompts.append(ids[-(backend.max_context - max_new_tokens):])
-    generations = backend.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
-                                   [0] * len(prompts))
-    for traj, gen in zip(won, generations, strict=True):
-        answer = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+    answers = complete([episode_prompt(text, traj) for traj in won])
+    for traj, answer in zip(won, answers, strict=True):
         title, body, formed = parse_skill(answer)
         if not body.strip() or not words(body):
             report.empty += 1

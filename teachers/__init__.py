@@ -2,8 +2,9 @@
 
 ``--teacher self`` is the policy itself with privileged context; ``--teacher model:DIR`` a separate
 Hugging Face folder; ``vllm:DIR`` the same served by vLLM; ``openai:URL[#MODEL]`` an
-OpenAI-compatible server (vLLM) scoring with ``prompt_logprobs``. A plugin is a factory ``(arg, *, policy, tokenizer, bank, privileged) -> teacher``
-whose result has ``score(batch, trajectories, *, topk=None) -> TeacherScores``.
+OpenAI-compatible server (vLLM) scoring with ``prompt_logprobs``. A plugin is a factory
+``(arg, *, policy, tokenizer, bank, privileged) -> Teacher`` (``teachers.protocol``); what it returns
+is checked against the protocol when it is built.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentkit.teachers.judge import LABELS, Judgments, LLMJudge, OracleJudge, parse_label
+from agentkit.teachers.judge import LABELS, Judgments, LLMJudge, OracleJudge, TurnJudge, parse_label
 from agentkit.teachers.model import ModelTeacher, check_same_tokenizer
+from agentkit.teachers.protocol import MEMBERS, Teacher
 from agentkit.teachers.scores import TeacherScores
 
+from agentkit.core.errors import ConfigError, PluginError, did_you_mean
 from agentkit.core.plugins import PluginRegistry, PluginSpec
 
 REGISTRY = PluginRegistry("agentkit.teachers", "teacher")
@@ -36,20 +39,34 @@ def split_spec(spec: str) -> tuple[str, str | None]:
     return spec, None
 
 
-def make_teacher(spec: str, *, policy, tokenizer, bank=None, privileged: Sequence[str] | None = None) -> Any:
-    """Build the teacher ``spec`` for a student (``policy``, ``tokenizer``)."""
+_EXPECTED = (f"a factory (arg, *, policy, tokenizer, bank, privileged) returning a Teacher "
+             f"(agentkit.teachers.protocol: {', '.join(MEMBERS)})")
+
+
+def make_teacher(spec: str, *, policy, tokenizer, bank=None, privileged: Sequence[str] | None = None) -> Teacher:
+    """Build the teacher ``spec`` for a student (``policy``, ``tokenizer``); the plugin and what it
+    returns are checked against the ``Teacher`` protocol (PluginError naming the plugin)."""
     name, arg = split_spec(spec)
-    _, factory = REGISTRY.load(name)
+    plugin, factory = REGISTRY.load(name)
+    where = f"Teacher {name!r} from {plugin.distribution!r} (group {REGISTRY.group!r})"
+    if not callable(factory):
+        raise PluginError(f"{where} resolved to {factory!r}, which is not callable; a teacher plugin is {_EXPECTED}.")
     kwargs: dict[str, Any] = {"policy": policy, "tokenizer": tokenizer, "bank": bank}
     if privileged is not None:
         kwargs["privileged"] = tuple(privileged)
-    return factory(arg, **kwargs) if arg is not None else factory(**kwargs)
+    teacher = factory(arg, **kwargs) if arg is not None else factory(**kwargs)
+    if not isinstance(teacher, Teacher):  # the protocol's members, checked once, when the plugin loads
+        missing = [m for m in MEMBERS if not hasattr(teacher, m)]
+        raise PluginError(f"{where} built {type(teacher).__name__!r}, which lacks {', '.join(missing)}; a teacher "
+                          f"plugin is {_EXPECTED}.")
+    return teacher
 
 
-def make_judge(kind: str, teacher=None, template: str | None = None, tokenizer=None):
+def make_judge(kind: str, teacher: Teacher | None = None, template: str | None = None, tokenizer=None) -> TurnJudge:
     """``teacher``: the teacher's weights answer a prompt; ``oracle``: the expert action decides;
     ``openai:URL[#MODEL]``: any OpenAI-compatible chat server answers (key from $OPENAI_API_KEY;
-    the prompt is formatted with ``tokenizer``'s ChatML template and sent as messages)."""
+    the prompt is formatted with ``tokenizer``'s ChatML template, default the teacher's, and sent
+    as messages)."""
     if kind == "oracle":
         return OracleJudge()
     if kind.startswith("openai:"):
@@ -57,23 +74,19 @@ def make_judge(kind: str, teacher=None, template: str | None = None, tokenizer=N
         from agentkit.teachers.remote import split_url_model
 
         url, model = split_url_model(kind.removeprefix("openai:"))
-        tokenizer = tokenizer if tokenizer is not None else getattr(teacher, "tokenizer", None)
+        if tokenizer is None and teacher is not None:
+            tokenizer = teacher.tokenizer
         if tokenizer is None:
-            from agentkit.core.errors import ConfigError
-
             raise ConfigError("judge openai:URL needs a tokenizer to format its prompt (the student's).")
         return LLMJudge(OpenAIBackend(url, tokenizer, model=model, api="chat"), template)
     if kind == "teacher":
-        if teacher is None or not hasattr(teacher, "generation_backend"):
-            from agentkit.core.errors import ConfigError
-
+        backend = teacher.generation_backend() if teacher is not None else None
+        if backend is None:
             raise ConfigError("judge 'teacher' needs a teacher that can generate; use judge=oracle or a model teacher.")
-        return LLMJudge(teacher.generation_backend(), template)
-    from agentkit.core.errors import ConfigError, did_you_mean
-
+        return LLMJudge(backend, template)
     raise ConfigError(f"Unknown judge {kind!r}.{did_you_mean(kind, ['teacher', 'oracle'])} Choose teacher, oracle "
                       "or openai:URL[#MODEL].")
 
 
-__all__ = ["REGISTRY", "make_teacher", "make_judge", "split_spec", "ModelTeacher", "TeacherScores",
-           "check_same_tokenizer", "LLMJudge", "OracleJudge", "Judgments", "LABELS", "parse_label"]
+__all__ = ["REGISTRY", "Teacher", "make_teacher", "make_judge", "split_spec", "ModelTeacher", "TeacherScores",
+           "check_same_tokenizer", "LLMJudge", "OracleJudge", "TurnJudge", "Judgments", "LABELS", "parse_label"]

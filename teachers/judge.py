@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from agentkit.objectives.scores import LABELS, Judgments
 
 from agentkit.core.errors import ConfigError
 from agentkit.core.trajectory import Trajectory
 
-LABELS = ("skip", "weak", "strong")
 DEFAULT_TEMPLATE = Path(__file__).parent / "templates" / "judge.txt"
 _LABEL = re.compile(r"\b(skip|weak|strong)\b", re.IGNORECASE)
 _PREFIXED = re.compile(r"label\s*[:=]\s*\**\s*(skip|weak|strong)\b", re.IGNORECASE)
@@ -40,29 +40,14 @@ def parse_label(text: str) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-@dataclass
-class Judgments:
-    """Labels per episode and turn, and how they were decided."""
-
-    labels: list[list[str]]
-    by_check: list[list[bool]]  # decided by the deterministic execution-failure check
-    asked: int = 0  # turns sent to the LLM
-    unparseable: int = 0  # of those, answers with no usable label (counted as strong)
-    answers: list[str] = field(default_factory=list)
-
-    def metrics(self) -> dict[str, float]:
-        flat = [label for episode in self.labels for label in episode]
-        total = max(1, len(flat))
-        checked = sum(sum(episode) for episode in self.by_check)
-        out = {f"judge_{label}_share": flat.count(label) / total for label in LABELS}
-        out["judge_check_share"] = checked / total
-        out["judge_unparseable_share"] = self.unparseable / max(1, self.asked)
-        return out
-
-
 class TurnJudge(Protocol):
+    """Labels every turn of a step's episodes (no gradients)."""
+
     def judge(self, trajectories: Sequence[Trajectory]) -> Judgments:
         ...
+
+
+__all__ = ["LABELS", "Judgments", "TurnJudge", "OracleJudge", "LLMJudge", "parse_label"]
 
 
 def _deterministic(trajectories: Sequence[Trajectory]) -> tuple[list[list[str | None]], list[list[bool]]]:

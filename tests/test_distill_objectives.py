@@ -55,7 +55,7 @@ def test_opd_full_golden():
 
 def test_opsd_is_opd_with_a_self_teacher():
     opsd = make_objective("opsd")
-    assert opsd.default_teacher == "self" and opsd.uses_skills
+    assert opsd.capabilities.default_teacher == "self" and opsd.capabilities.uses_skills
     a, _ = opsd.loss(teacher_batch(LOGT), torch.tensor(LOGS))
     b, _ = make_objective("opd").loss(teacher_batch(LOGT), torch.tensor(LOGS))
     assert float(a) == float(b)
@@ -127,7 +127,7 @@ def test_skill_sd_golden():
 
 def test_skill_grpo_is_grpo_with_skills_in_the_prompt():
     sg, g = make_objective("skill_grpo"), make_objective("grpo")
-    assert sg.policy_sees_skills and sg.uses_skills and not getattr(g, "policy_sees_skills", False)
+    assert sg.capabilities.policy_sees_skills and sg.capabilities.uses_skills and not g.capabilities.policy_sees_skills
     batch = batch_of([[0, 1, 1]], [[0.0, -1.0, -1.0]], [[0, 1, -1]])
     assert float(sg.loss(batch, torch.tensor([[0.0, -0.5, -1.5]]))[0]) == float(g.loss(batch, torch.tensor([[0.0, -0.5, -1.5]]))[0])
 

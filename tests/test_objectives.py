@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import ast
 import math
+from dataclasses import asdict
+from pathlib import Path
 
+import agentkit.objectives
 import pytest
 import torch
-from agentkit.objectives import TokenBatch, build_batch, make_objective
+from agentkit.objectives import (
+    REGISTRY,
+    Capabilities,
+    Judgments,
+    StepScores,
+    TeacherScores,
+    TokenBatch,
+    build_batch,
+    capabilities_of,
+    make_objective,
+)
 from agentkit.objectives.common import aggregate, group_advantages, k3_kl
+from pydantic import BaseModel
 
-from agentkit.core.errors import ConfigError, UnknownNameError
+from agentkit.core.errors import ConfigError, PluginError, UnknownNameError
+from agentkit.core.plugins import PluginSpec
 from agentkit.core.trajectory import Trajectory, Turn
 
 
@@ -76,7 +92,7 @@ def _traj(group: str, ret: float, invalid: int = 0) -> Trajectory:
 
 def test_grpo_prepare_spreads_episode_advantage_and_penalty():
     trajs = [_traj("g", 1.0), _traj("g", 0.0, invalid=2)]
-    batch = make_objective("grpo", {"invalid_action_penalty": 0.5}).prepare(trajs)
+    batch = make_objective("grpo", {"invalid_action_penalty": 0.5}).prepare(trajs, None)
     # chat rows: [1,2,3,4,1,2,3,4] -> targets are ids[1:]; response targets at columns 1,2,5,6
     assert batch.response_mask[0].tolist() == [0, 1, 1, 0, 0, 1, 1]
     assert batch.old_logprobs[0].tolist() == pytest.approx([0, -0.1, -0.2, 0, 0, -0.1, -0.2])
@@ -102,3 +118,95 @@ def test_registry_errors():
         make_objective("gpro")
     with pytest.raises(ConfigError, match=r"objective 'grpo'.*klcoef.*Extra inputs"):
         make_objective("grpo", {"klcoef": 0.1})
+
+
+def test_capabilities_are_declared_and_readable_without_building():
+    # every registered objective declares its needs on the class: read here without an instance
+    for name in REGISTRY.names():
+        declared = capabilities_of(name)
+        assert isinstance(declared, Capabilities), name
+        resolved = make_objective(name).requirements()
+        assert isinstance(resolved, Capabilities), name
+        # a setting may switch a need off, never add one the class does not declare
+        declared_needs, resolved_needs = asdict(declared), asdict(resolved)
+        for need in ("needs_teacher", "uses_skills", "needs_support", "needs_groups", "needs_judge", "needs_reference"):
+            assert declared_needs[need] or not resolved_needs[need], (name, need)
+    assert capabilities_of("sft").uses_demonstrations and not capabilities_of("sft").needs_groups
+    # every GRPO-family objective compares episodes within a group; distillation from a separate model does not
+    assert all(capabilities_of(n).needs_groups for n in ("grpo", "sdar", "grpo_opsd", "rlsd", "skill_sd", "skill_grpo"))
+    assert not capabilities_of("opd").needs_groups and capabilities_of("opd").default_teacher is None
+    assert capabilities_of("opsd").default_teacher == "self"
+    # settings resolve the needs that depend on them
+    assert not make_objective("grpo").requirements().needs_reference
+    assert make_objective("grpo", {"kl_coef": 0.1}).requirements().needs_reference
+    full = make_objective("opd", {"estimator": "full", "topk": 5}).requirements()
+    assert full.needs_support and full.topk == 5
+    assert not make_objective("opd").requirements().needs_support
+    sage = make_objective("sage_opd", {"judge": "oracle"}).requirements()
+    assert sage.needs_judge and sage.judge == "oracle" and sage.needs_teacher
+    with pytest.raises(ValueError, match="default_teacher is set but needs_teacher is False"):
+        Capabilities(default_teacher="self")
+
+
+class _NoCapabilities:
+    """An objective plugin written before capabilities were declared."""
+
+    class Config(BaseModel):
+        pass
+
+    def __init__(self, config) -> None:
+        self.config = config
+
+    def prepare(self, trajectories, scores=None):
+        return build_batch(trajectories)
+
+    def loss(self, batch, logprobs):
+        return logprobs.sum(), {}
+
+
+def test_plugin_without_capabilities_is_refused_naming_it(monkeypatch):
+    spec = PluginSpec("legacy_obj", _NoCapabilities, distribution="legacy-dist")
+    monkeypatch.setitem(REGISTRY._specs, "legacy_obj", spec)
+    expected = r"Objective 'legacy_obj' from 'legacy-dist' \(group 'agentkit.objectives'\).*has no `capabilities`.*requirements\(\)"
+    with pytest.raises(PluginError, match=expected):
+        capabilities_of("legacy_obj")
+    with pytest.raises(PluginError, match=expected):
+        make_objective("legacy_obj")
+    monkeypatch.setitem(REGISTRY._specs, "not_a_class", PluginSpec("not_a_class", lambda config: None, distribution="x"))
+    with pytest.raises(PluginError, match="'not_a_class' from 'x'.*is a function, not a class"):
+        capabilities_of("not_a_class")
+
+
+def test_objectives_import_nothing_above_the_core():
+    # objectives are pure maths: the loop runs teachers, judges, rollouts and skill banks (DESIGN.md)
+    folder = Path(agentkit.objectives.__file__).parent
+    offending = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offending += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "agentkit"
+                          and n.split(".")[1:2] not in (["core"], ["objectives"])]
+    assert offending == []
+
+
+def test_teacher_objectives_prepare_from_the_loops_scores():
+    trajs = [_traj("g", 1.0), _traj("g", 0.0)]
+    layout = build_batch(trajs)
+    logT = torch.full(layout.response_mask.shape, -0.3) * layout.response_mask  # [B, L]
+    scores = StepScores(teacher=TeacherScores(logprobs=logT, top1=logT))
+    batch = make_objective("sdar").prepare(trajs, scores)
+    assert torch.equal(batch.teacher_logprobs, logT)
+    assert batch.advantages[0].tolist() == pytest.approx([0, 1, 1, 0, 0, 1, 1], abs=1e-5)  # GRPO's part unchanged
+    for name in ("opd", "opsd", "sdar", "grpo_opsd", "rlsd", "skill_sd", "sage_opd"):
+        with pytest.raises(ValueError, match="needs the teacher's scores: pass prepare"):
+            make_objective(name).prepare(trajs, None)
+    with pytest.raises(ValueError, match="teacher's scores are"):
+        make_objective("opd").prepare(trajs[:1], scores)  # scores of other trajectories
+    # SAGE-OPD: labels from the loop's judgments; turn 0 strong, turn 1 skip in both episodes
+    judged = Judgments(labels=[["strong", "skip"], ["strong", "skip"]], by_check=[[False, False]] * 2)
+    sage = make_objective("sage_opd").prepare(trajs, StepScores(teacher=scores.teacher, judgments=judged))
+    assert sage.weights[0].tolist() == pytest.approx([0, 2, 2, 0, 0, 0, 0], abs=1e-6)  # Z = 8 tokens / 4 weighted
+    assert sage.metrics["judge_strong_share"] == 0.5
+    with pytest.raises(ValueError, match="sage_opd needs the turn judgments"):
+        make_objective("sage_opd").prepare(trajs, scores)

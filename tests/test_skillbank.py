@@ -6,6 +6,7 @@ import json
 import random
 
 import pytest
+from agentkit.rollout.backend import chat_completer
 from agentkit.rollout.collector import EpisodeSpec
 from agentkit.skillbank import (
     Skill,
@@ -152,13 +153,13 @@ def test_extract_with_a_real_model_dedups_on_the_second_pass(tiny_model_dir, bac
     small_bank().save(bank_path)
     episodes = [won_episode("Find the coin", ["go east", "take coin"]), won_episode("Find the key", ["go west"])]
     bank = SkillBank.load(bank_path)
-    first = extract_skills(episodes, bank, backend, max_new_tokens=12)
+    first = extract_skills(episodes, bank, chat_completer(backend, 12))
     assert first.episodes == 2
     assert len(first.added) + first.duplicates + first.empty == 2
     for skill_id in first.added:
         skill = bank.get(skill_id)
         assert skill.source.startswith("extracted:") and skill.applies_to == ["textworld/coin-v0"]
-    second = extract_skills(episodes, bank, backend, max_new_tokens=12)  # greedy: the same answers again
+    second = extract_skills(episodes, bank, chat_completer(backend, 12))  # greedy: the same answers again
     assert second.added == [] and second.duplicates == len(first.added) + first.duplicates
     # the CLI adds to the file and keeps what was there
     from agentkit.core.jsonl import TrajectoryWriter

@@ -7,10 +7,10 @@ import pytest
 import torch
 from agentkit.objectives import build_batch, policy_logprobs
 from agentkit.skillbank import SkillBank, resolve_bank
-from agentkit.teachers import LLMJudge, OracleJudge, make_judge, make_teacher, parse_label
+from agentkit.teachers import LLMJudge, OracleJudge, Teacher, make_judge, make_teacher, parse_label
 from agentkit.teachers.context import prefix_ids, privileged_text
 
-from agentkit.core.errors import ConfigError, ModelError, UnknownNameError
+from agentkit.core.errors import ConfigError, ModelError, PluginError, UnknownNameError
 
 pytestmark = pytest.mark.textworld
 pytest.importorskip("textworld")
@@ -148,3 +148,52 @@ def test_judge_template_must_have_its_placeholders(backend, tmp_path):
     bad.write_text("Label the turn: {response}")
     with pytest.raises(ConfigError, match="lacks the placeholder"):
         LLMJudge(backend, bad)
+
+
+def test_the_loop_scores_what_the_objective_declares(backend, episodes):
+    """``agentkit.scoring``: teacher and judge built from the objective's capabilities; the step's
+    scores are the teacher's own and the objective's batch carries them unchanged."""
+    from agentkit.objectives import make_objective
+
+    from agentkit.scoring import build_teacher_and_judge, score_step
+
+    trajectories, bank = episodes
+    sage = make_objective("sage_opd", {"judge": "oracle"})
+    with pytest.raises(ConfigError, match="'sage_opd' distills from a separate teacher model"):
+        build_teacher_and_judge(sage.requirements(), teacher_spec=None, policy=backend.model,
+                                tokenizer=backend.tokenizer, objective="sage_opd")
+    teacher, judge = build_teacher_and_judge(sage.requirements(), teacher_spec="self", policy=backend.model,
+                                             tokenizer=backend.tokenizer, bank=bank, objective="sage_opd")
+    assert isinstance(teacher, Teacher) and isinstance(judge, OracleJudge)
+    scores = score_step(sage.requirements(), teacher, judge, trajectories)
+    direct = teacher.score(build_batch(trajectories), trajectories)
+    assert torch.equal(scores.teacher.logprobs, direct.logprobs) and scores.teacher.support_logprobs is None
+    assert scores.judgments.labels == judge.judge(trajectories).labels
+    batch = sage.prepare(trajectories, scores)
+    assert torch.equal(batch.teacher_logprobs, direct.logprobs)
+    # a full-vocabulary objective asks the teacher for its distribution; grpo asks for nothing
+    opsd = make_objective("opsd", {"estimator": "full", "topk": 3}).requirements()
+    teacher, judge = build_teacher_and_judge(opsd, teacher_spec=None, policy=backend.model,
+                                             tokenizer=backend.tokenizer, bank=bank)
+    assert teacher.name == "self" and judge is None
+    assert score_step(opsd, teacher, None, trajectories).teacher.support_ids.shape[-1] == 3
+    grpo = make_objective("grpo").requirements()
+    assert build_teacher_and_judge(grpo, teacher_spec=None, policy=None, tokenizer=None) == (None, None)
+    assert score_step(grpo, None, None, trajectories) is None
+
+
+def test_a_teacher_plugin_is_checked_against_the_protocol(backend, monkeypatch):
+    from agentkit.teachers import REGISTRY
+
+    from agentkit.core.plugins import PluginSpec
+
+    class NoScore:
+        name, tokenizer = "half", None
+
+    monkeypatch.setitem(REGISTRY._specs, "half", PluginSpec("half", lambda **_: NoScore(), distribution="half-dist"))
+    with pytest.raises(PluginError, match=r"Teacher 'half' from 'half-dist' \(group 'agentkit.teachers'\) built "
+                                          r"'NoScore', which lacks score, generation_backend"):
+        make_teacher("half", policy=backend.model, tokenizer=backend.tokenizer)
+    monkeypatch.setitem(REGISTRY._specs, "value", PluginSpec("value", 3, distribution="v"))
+    with pytest.raises(PluginError, match="'value' from 'v'.*not callable"):
+        make_teacher("value", policy=backend.model, tokenizer=backend.tokenizer)

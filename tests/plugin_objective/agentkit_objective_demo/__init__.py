@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from agentkit.objectives import build_batch
+from typing import ClassVar
+
+from agentkit.objectives import Capabilities, build_batch
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -13,13 +15,15 @@ class WeightedSFTConfig(BaseModel):
 
 class WeightedSFT:
     Config = WeightedSFTConfig
-    needs_reference = False
-    uses_demonstrations = True
+    capabilities: ClassVar[Capabilities] = Capabilities(uses_demonstrations=True)
 
     def __init__(self, config: WeightedSFTConfig) -> None:
         self.config = config
 
-    def prepare(self, trajectories):
+    def requirements(self) -> Capabilities:
+        return self.capabilities
+
+    def prepare(self, trajectories, scores=None):
         return build_batch(trajectories)
 
     def loss(self, batch, logprobs):

@@ -1,0 +1,69 @@
+"""The loop's scoring phase: the teacher and the turn judge, run without gradients.
+
+Objectives declare what they need (``Capabilities``: a teacher, its top-k support, a judge) and
+stay pure maths; this module builds the teacher and the judge from those declarations and, each
+step, turns the step's trajectories into the ``StepScores`` that ``objective.prepare`` reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from agentkit.core.errors import ConfigError
+from agentkit.core.trajectory import Trajectory
+from agentkit.objectives import Capabilities, StepScores, build_batch
+from agentkit.teachers import Teacher, TurnJudge, make_judge, make_teacher
+
+
+def build_teacher_and_judge(capabilities: Capabilities, *, teacher_spec: str | None, policy: Any, tokenizer: Any,
+                            bank: Any = None, privileged: Sequence[str] | None = None,
+                            objective: str = "the objective") -> tuple[Teacher | None, TurnJudge | None]:
+    """The teacher (``teacher_spec``, else the objective's default) and the judge
+    (``capabilities.judge``) an objective's resolved ``capabilities`` ask for; None for each it
+    does not need.
+
+    Args:
+        capabilities: ``objective.requirements()`` (settings resolved: the judge kind, top-k).
+        teacher_spec: ``--teacher`` (``self``, ``model:DIR``, a plugin), or None for the default.
+        policy, tokenizer: the student (the ``self`` teacher is the policy itself).
+        bank: the skill bank privileged skills are looked up in.
+        privileged: the privileged sources shown to the teacher (None: the teacher's default).
+        objective: the objective's name, for messages.
+    """
+    teacher = None
+    if capabilities.needs_teacher:
+        spec = teacher_spec or capabilities.default_teacher
+        if spec is None:
+            raise ConfigError(f"objective {objective!r} distills from a separate teacher model: pass --teacher "
+                              "model:DIR (teacher.spec), or --teacher self.")
+        teacher = make_teacher(spec, policy=policy, tokenizer=tokenizer, bank=bank, privileged=privileged)
+    judge = None
+    if capabilities.needs_judge:
+        judge = make_judge(capabilities.judge or "teacher", teacher, capabilities.judge_template, tokenizer=tokenizer)
+    return teacher, judge
+
+
+@torch.no_grad()
+def score_step(capabilities: Capabilities, teacher: Teacher | None, judge: TurnJudge | None,
+               trajectories: Sequence[Trajectory]) -> StepScores | None:
+    """The teacher's scores of the step's response tokens (aligned with ``build_batch(trajectories)``,
+    the layout every objective's batch shares) and the turn judgments, as ``capabilities`` asks;
+    None when it asks for neither."""
+    if not (capabilities.needs_teacher or capabilities.needs_judge):
+        return None
+    teacher_scores = judgments = None
+    if capabilities.needs_teacher:
+        if teacher is None:
+            raise ConfigError("score_step(): the objective needs a teacher and none was built "
+                              "(build_teacher_and_judge makes it).")
+        topk = capabilities.topk if capabilities.needs_support else None
+        teacher_scores = teacher.score(build_batch(trajectories), trajectories, topk=topk)
+    if capabilities.needs_judge:
+        if judge is None:
+            raise ConfigError("score_step(): the objective needs a turn judge and none was built "
+                              "(build_teacher_and_judge makes it).")
+        judgments = judge.judge(trajectories)
+    return StepScores(teacher=teacher_scores, judgments=judgments)

@@ -1,0 +1,46 @@
+"""The teacher protocol: what ``make_teacher`` checks a teacher plugin's result against.
+
+A teacher plugin (entry-point group ``agentkit.teachers``) is a factory
+``(arg, *, policy, tokenizer, bank, privileged) -> Teacher``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from agentkit.objectives.batch import TokenBatch
+from agentkit.objectives.scores import TeacherScores
+from agentkit.rollout.backend import GenerationBackend
+
+from agentkit.core.trajectory import Trajectory
+
+MEMBERS = ("name", "tokenizer", "score", "generation_backend")
+
+
+@runtime_checkable
+class Teacher(Protocol):
+    """Scores the student's own tokens, without gradients.
+
+    Attributes:
+        name: for messages and metrics (``self``, ``model:DIR``, ...).
+        tokenizer: the tokenizer whose ids the teacher scores; the student's ids, so the two must
+            agree (``check_same_tokenizer``).
+    """
+
+    name: str
+    tokenizer: Any
+
+    def score(self, batch: TokenBatch, trajectories: Sequence[Trajectory], *,
+              topk: int | None = None) -> TeacherScores:
+        """Teacher log-probs at ``batch``'s response positions (``batch`` is
+        ``build_batch(trajectories)``).
+
+        ``topk``: None = no distribution; 0 = the full vocabulary; k > 0 = the teacher's top k.
+        """
+        ...
+
+    def generation_backend(self) -> GenerationBackend | None:
+        """A greedy generation backend over the teacher's weights (the ``teacher`` turn judge
+        asks it), or None when this teacher cannot generate."""
+        ...

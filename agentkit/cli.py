@@ -38,10 +38,38 @@ def _add_settings(parser: argparse.ArgumentParser, model, *, skip: frozenset[str
     add_settings_arguments(parser, model, skip=skip)
 
 
-def _settings(args: argparse.Namespace, model, *, what: str):
-    from agentkit.core.config import load_settings, settings_from_args
+# what a policy trained by `agentkit train` was trained with, and so must be played with
+RUN_SETTINGS = ("env.id", "env.kwargs", "env.max_turns", "context.mode", "context.window", "context.show_admissible",
+                "context.system_prompt", "sampling.max_new_tokens")
 
-    return load_settings(model, args.config, args.set, settings_from_args(args, model), what=what)
+
+def _run_settings(model: str | None, keys: set[str]) -> dict:
+    """When ``--model`` is a training run folder, the settings its policy was trained with (its
+    config.yaml), as defaults under everything given; a note says so."""
+    if not model or not (Path(model) / "config.yaml").is_file():
+        return {}
+    from agentkit.train_config import load_config
+
+    saved = load_config(Path(model) / "config.yaml")
+    base = {}
+    for key in RUN_SETTINGS:
+        if key in keys:
+            node = saved
+            for part in key.split("."):
+                node = getattr(node, part)
+            base[key] = node
+    print(f"--model {model}: playing with the run's settings from {Path(model) / 'config.yaml'} "
+          f"({base.get('env.id')}, {base.get('context.mode')} context); flags given override them.", file=sys.stderr)
+    return base
+
+
+def _settings(args: argparse.Namespace, model, *, what: str):
+    from agentkit.core.config import load_settings, parse_assignment, settings_from_args, settings_of
+
+    values = settings_from_args(args, model)
+    policy = values.get("model") or dict(parse_assignment(item) for item in args.set or []).get("model")
+    base = _run_settings(policy, {row.key for row in settings_of(model)})
+    return load_settings(model, args.config, args.set, values, what=what, base=base)
 
 
 def _given(args: argparse.Namespace, model) -> dict:

@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from agentkit.checkpoint import check_complete, checkpoints, load_training_state, save_checkpoint
+from agentkit.core.config import settings_of
 from agentkit.core.errors import ConfigError, EnvError, TrainingDivergedError
 from agentkit.core.faults import fault_active, fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
@@ -58,7 +59,14 @@ from agentkit.objectives import Capabilities, make_objective, policy_logprobs
 from agentkit.rollout import EpisodeSpec
 from agentkit.rollout.collector import RolloutStats
 from agentkit.rollout.hf_backend import HFBackend, load_causal_lm, load_tokenizer
-from agentkit.rollout.run import held_out_split, make_collector, make_envs, resolve_env, sampling_params
+from agentkit.rollout.run import (
+    env_factory,
+    held_out_split,
+    make_collector,
+    make_envs,
+    resolve_env,
+    sampling_params,
+)
 from agentkit.scoring import build_teacher_and_judge, score_step
 from agentkit.signals import episode_signals
 from agentkit.train_config import TrainConfig, TrainSection, dump_config, load_config
@@ -166,7 +174,9 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         given = dict(given or {})
         if "train.steps" in given:  # only the length of the run may change on resume
             original = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
-        ignored = sorted(key for key in given if key not in ("train.steps", "out"))
+        flags = {row.key: row.flag for row in settings_of(TrainConfig)}
+        ignored = [f"{flags[key]} ({key})" if key in flags else key
+                   for key in sorted(given) if key not in ("train.steps", "out")]
         if ignored:
             print(f"--resume: {run_dir} continues with its saved settings ({saved}); ignored: "
                   + ", ".join(ignored), file=sys.stderr)
@@ -181,6 +191,8 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
             return cfg, run_dir, None
         return cfg, run_dir, last
     cfg = resolve_defaults(cfg)
+    # bad environment settings fail here, before the run folder is written
+    env_factory(cfg.env.id, split=cfg.eval.split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)().close()
     if run_dir.exists() and any(run_dir.iterdir()):
         if not _never_started(run_dir):
             raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, "

@@ -195,23 +195,35 @@ def _unknown_key_message(loc: tuple, model: type[BaseModel], renamed: dict[str, 
 
 def load_settings(model: type[BaseModel], path: str | os.PathLike | None = None, overrides: list[str] | None = None,
                   values: dict[str, Any] | None = None, *, renamed: dict[str, str] | None = None,
-                  what: str = "settings") -> Any:
-    """Build ``model`` from a YAML file, then ``--set key=value`` overrides, then ``values`` (the
-    flags given, by dotted key). Every problem is one ConfigError that names the key and its flag."""
+                  what: str = "settings", base: dict[str, Any] | None = None) -> Any:
+    """Build ``model`` from ``base`` (dotted key -> value), then a YAML file, then ``--set
+    key=value`` overrides, then ``values`` (the flags given, by dotted key). Every problem is one
+    ConfigError that names the key and its flag."""
     data: dict[str, Any] = {}
+    for key, value in (base or {}).items():
+        set_dotted(data, key, value)
     if path is not None:
         loaded = read_yaml(path, what="config")  # problems name the file and line
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"Config {path} must be a YAML mapping of sections, got {type(loaded).__name__}.")
-        data = loaded
+        _merge(data, loaded)
     for item in overrides or []:
         key, value = parse_assignment(item)
         set_dotted(data, key, value)
     for key, value in (values or {}).items():
         set_dotted(data, key, value)
     return validate_settings(model, data, renamed=renamed or {}, what=what)
+
+
+def _merge(data: dict[str, Any], more: dict[str, Any]) -> None:
+    """Merge ``more`` into ``data``, section by section."""
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            _merge(data[key], value)
+        else:
+            data[key] = value
 
 
 def validate_settings(model: type[BaseModel], data: dict[str, Any], *, renamed: dict[str, str] | None = None,
@@ -227,7 +239,7 @@ def validate_settings(model: type[BaseModel], data: dict[str, Any], *, renamed: 
                 problems.append(_unknown_key_message(tuple(e["loc"]), model, renamed or {}))
                 continue
             key = ".".join(str(p) for p in loc)
-            shown = f"{key} ({flags[key]})" if key in flags else key or "settings"
+            shown = f"{flags[key]} ({key})" if key in flags else key or "settings"
             message = e["msg"].removeprefix("Value error, ")
             problems.append(f"{shown}: {message}" if key else message)
         raise ConfigError(f"Invalid {what}:\n  " + "\n  ".join(problems)) from err

@@ -22,7 +22,9 @@ import hashlib
 import json
 import os
 import re
+import sys
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -65,17 +67,54 @@ def _challenge_settings(challenge: str, split: str, settings: dict[str, Any]) ->
     return full
 
 
+def _game_folder(challenge: str, split: str, seed: int, settings: dict[str, Any], root: Path | None) -> Path:
+    full = _challenge_settings(challenge, split, settings)
+    key = hashlib.sha1(json.dumps(full, sort_keys=True).encode()).hexdigest()[:10]
+    return (root or cache_dir() / "textworld") / f"{challenge}-{key}" / f"{split}-{seed}"
+
+
+def _cached(folder: Path) -> bool:
+    return (folder / "game.z8").exists() and (folder / "game.json").exists()
+
+
+_announced: set[tuple[Path, str]] = set()  # the game folders and splits this process has said it generates
+
+
+def _announce(folder: Path, challenge: str, split: str, count: int | None) -> None:
+    """Say once per process, cache folder and split that games are being generated, and where."""
+    if (folder, split) in _announced:
+        return
+    _announced.add((folder, split))
+    what = f"{count} TextWorld games" if count is not None else "TextWorld games"
+    print(f"generating {what} for {challenge} ({split} split) on first use, 1-3 s each; cached under {folder}",
+          file=sys.stderr, flush=True)
+
+
+def generate_games(challenge: str, split: str, seeds: Iterable[int], settings: dict[str, Any],
+                   root: Path | None = None) -> int:
+    """Generate the games of ``seeds`` not yet in the cache, with a line and a progress bar on
+    stderr (the bar only on a terminal); return how many were generated."""
+    from tqdm import tqdm
+
+    missing = [seed for seed in dict.fromkeys(seeds) if not _cached(_game_folder(challenge, split, seed, settings, root))]
+    if missing:
+        _announce(_game_folder(challenge, split, missing[0], settings, root).parent, challenge, split, len(missing))
+        for seed in tqdm(missing, desc="TextWorld games", unit="game", file=sys.stderr, disable=None, leave=False):
+            game_path(challenge, split, seed, settings, root)
+    return len(missing)
+
+
 def game_path(challenge: str, split: str, seed: int, settings: dict[str, Any], root: Path | None = None) -> Path:
     """Generate (once) and return the compiled game for this challenge, split and seed."""
     import textworld
     import textworld.challenges
 
     full = _challenge_settings(challenge, split, settings)
-    key = hashlib.sha1(json.dumps(full, sort_keys=True).encode()).hexdigest()[:10]
-    folder = (root or cache_dir() / "textworld") / f"{challenge}-{key}" / f"{split}-{seed}"
+    folder = _game_folder(challenge, split, seed, settings, root)
     game_file = folder / "game.z8"
-    if game_file.exists() and (folder / "game.json").exists():
+    if _cached(folder):
         return game_file
+    _announce(folder.parent, challenge, split, None)
     folder.parent.mkdir(parents=True, exist_ok=True)
     (folder.parent / "settings.json").write_text(json.dumps(full, sort_keys=True, indent=1))
     with build_folder_once(folder, "game.json") as tmp:
@@ -127,6 +166,14 @@ class TextWorldEnv:
         self._score = 0.0
         self._done = True
         self._task = ""
+
+    def prepare(self, seeds: Iterable[int]) -> None:
+        """Generate the games of these task seeds now, with progress on stderr, rather than one by
+        one at each first reset."""
+        seeds = list(seeds)
+        if bad := [seed for seed in seeds if not 0 <= seed < SEEDS_PER_SPLIT]:
+            raise ConfigError(f"TextWorld task seeds run from 0 to {SEEDS_PER_SPLIT - 1}, got {bad[:3]}.")
+        generate_games(self.challenge, self.split, seeds, self.settings, self.cache)
 
     def _infos(self):
         import textworld

@@ -213,3 +213,29 @@ def test_ctrl_c_in_rollout_prints_one_line_and_the_resume_hint(tmp_path):
     lines = [line for line in done.stderr.splitlines() if "interrupted" in line]
     assert len(lines) == 1 and "--resume" in lines[0] and str(out) in lines[0], done.stderr
     assert done.returncode == 130
+
+
+# =============================================================================================
+# first-use game generation says what it is doing
+# =============================================================================================
+def test_textworld_generation_says_so(tmp_path, capsys):
+    pytest.importorskip("textworld")
+    from agentkit.envs.textworld_env import TextWorldEnv
+
+    env = TextWorldEnv("tw-coin_collector", split="train", cache=str(tmp_path), level=1)
+    env.prepare([0, 1, 0])
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"generating 2 TextWorld games for tw-coin_collector \(train split\) on first use, 1-3 s "
+                        rf"each; cached under {re.escape(str(tmp_path))}/tw-coin_collector-\w+\n", err), err
+    env.prepare([1, 0])  # cached: nothing to say
+    env.reset(seed=0)
+    assert capsys.readouterr().err == ""
+    # a game generated at its first reset, with no prepare(): the same line, without a count, once
+    env.reset(seed=2)
+    env.reset(seed=3)
+    assert capsys.readouterr().err == ""  # this process already said it generates into that folder
+    other = TextWorldEnv("tw-coin_collector", split="eval", cache=str(tmp_path), level=1)
+    other.reset(seed=0)
+    assert capsys.readouterr().err.startswith("generating TextWorld games for tw-coin_collector (eval split) on first use")
+    env.close()
+    other.close()

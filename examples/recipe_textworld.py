@@ -13,7 +13,8 @@ For each seed, in ``OUT/seed-S/``:
 4. ``grpo/``        ``agentkit train --config examples/configs/grpo_textworld.yaml`` from SFT's last checkpoint
 5. greedy success on the eval split (held-out games, seeds 0 .. eval_episodes - 1) of all three:
    the random init is evaluated here, SFT and GRPO by their run's final evaluation (the same function,
-   ``agentkit.train.evaluate``, with the same env and rollout settings, which the recipe checks).
+   ``agentkit.train.evaluate``, with the same environment, context and generation settings, which the
+   recipe checks).
 
 Then ``OUT/results.json`` and ``OUT/results.md`` (a table, mean and spread over seeds), and
 ``OUT/model/``: the last seed's GRPO policy as a plain Hugging Face folder (no optimizer state).
@@ -38,15 +39,15 @@ from typing import Any
 CONFIGS = Path(__file__).resolve().parent / "configs"
 STAGES = ("init", "sft", "grpo")
 # what must agree between the SFT and GRPO configs for their evaluations to be comparable
-SHARED_FIELDS = ("env.id", "env.kwargs", "env.eval_split", "env.max_turns", "rollout.context", "rollout.window",
-                 "rollout.max_new_tokens", "rollout.show_admissible", "eval.episodes")
+SHARED_FIELDS = ("env.id", "env.kwargs", "env.max_turns", "eval.split", "eval.episodes", "context.mode", "context.window",
+                 "context.show_admissible", "context.system_prompt", "sampling.max_new_tokens")
 # --quick: every stage runs, on budgets small enough for a test
 QUICK_OVERRIDES = {
     "sft": ["train.steps=3", "train.demos_per_step=2", "eval.every=0", "env.max_turns=3"],
     "grpo": ["train.steps=2", "rollout.tasks_per_step=2", "rollout.group_size=2", "eval.every=0", "env.max_turns=3",
-             "rollout.max_new_tokens=8"],
+             "sampling.max_new_tokens=8"],
 }
-QUICK_SHARED = {"rollout.max_new_tokens": 8, "eval.episodes": 2}
+QUICK_SHARED = {"sampling.max_new_tokens": 8, "eval.episodes": 2}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -70,15 +71,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def load_stage_configs(args: argparse.Namespace, seed: int, seed_dir: Path, demos: Path):
     """The SFT and GRPO configs of one seed: YAML, then the recipe's overrides, then the command line's."""
     from agentkit.core.errors import ConfigError
+    from agentkit.train import resolve_defaults
     from agentkit.train_config import load_config
 
     quick = {name: QUICK_OVERRIDES[name] + [f"{k}={v}" for k, v in QUICK_SHARED.items()] if args.quick else []
              for name in ("sft", "grpo")}
-    sft = load_config(args.sft_config, quick["sft"] + args.sft_set, **{
+    sft = load_config(args.sft_config, quick["sft"] + args.sft_set, values={
         "seed": seed, "out": str(seed_dir / "sft"), "model": str(seed_dir / "model-init"), "train.demos": str(demos)})
     sft_final = seed_dir / "sft" / "checkpoints" / f"step-{sft.train.steps}"
-    grpo = load_config(args.grpo_config, quick["grpo"] + args.grpo_set, **{
+    grpo = load_config(args.grpo_config, quick["grpo"] + args.grpo_set, values={
         "seed": seed, "out": str(seed_dir / "grpo"), "model": str(sft_final)})
+    sft, grpo = resolve_defaults(sft), resolve_defaults(grpo)  # the environment's defaults filled in, as the runs record them
     if sft.objective.name != "sft" or grpo.objective.name != "grpo":
         raise ConfigError(f"{args.sft_config} must train with objective sft and {args.grpo_config} with grpo; "
                           f"got {sft.objective.name!r} and {grpo.objective.name!r}.")
@@ -108,13 +111,11 @@ def stats_record(stats) -> dict[str, float]:
 def evaluate_model(model_dir: Path, cfg) -> dict[str, float]:
     """Greedy success of a model folder on the eval split, exactly as the training loop evaluates."""
     from agentkit.rollout.hf_backend import HFBackend
-    from agentkit.rollout.run import env_factory
-    from agentkit.rollout.workers import InProcessEnvs
+    from agentkit.rollout.run import make_envs
 
     from agentkit.train import evaluate
 
-    envs = InProcessEnvs(env_factory(cfg.env.id, split=cfg.env.eval_split, max_turns=cfg.env.max_turns,
-                                     env_kwargs=cfg.env.kwargs))
+    envs = make_envs(cfg.env, cfg.eval.split)
     try:
         return stats_record(evaluate(HFBackend(model_dir, seed=cfg.seed), cfg, envs, cfg.eval.episodes))
     finally:
@@ -143,7 +144,7 @@ def run_training(cfg, *, quiet: bool) -> Path:
     done = checkpoints(run_dir)
     if done and done[-1] >= cfg.train.steps:
         return run_dir
-    return train(cfg, resume=bool(done), show_progress=not quiet)
+    return train(cfg, resume=bool(done), show_progress=not quiet).run_dir
 
 
 def run_seed(args: argparse.Namespace, seed: int, out: Path) -> dict[str, Any]:
@@ -173,8 +174,9 @@ def run_seed(args: argparse.Namespace, seed: int, out: Path) -> dict[str, Any]:
         written, lost = write_demonstrations(
             make_env, load_tokenizer(model_init), partial, env_id=sft_cfg.env.id,
             seeds=range(args.demo_first_seed, args.demo_first_seed + args.demos), split="train", mode="overwrite",
-            context=sft_cfg.rollout.context, window=sft_cfg.rollout.window,
-            show_admissible=sft_cfg.rollout.show_admissible, model="expert")
+            context=sft_cfg.context.mode, window=sft_cfg.context.window,
+            show_admissible=sft_cfg.context.show_admissible, system_prompt=sft_cfg.context.system_prompt,
+            model="expert")
         if lost:
             print(f"seed {seed}: the expert lost {lost} of {args.demos} games; training on the {written} it won.")
         partial.rename(demos)
@@ -286,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "recipe": "examples/recipe_textworld.py",
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "quick": args.quick,
-        "env": {"id": sft_cfg["env"]["id"], "kwargs": sft_cfg["env"]["kwargs"], "eval_split": sft_cfg["env"]["eval_split"],
+        "env": {"id": sft_cfg["env"]["id"], "kwargs": sft_cfg["env"]["kwargs"], "eval_split": sft_cfg["eval"]["split"],
                 "eval_episodes": sft_cfg["eval"]["episodes"], "max_turns": sft_cfg["env"]["max_turns"]},
         "model_size": args.size,
         "demos": {"episodes": args.demos, "first_seed": args.demo_first_seed, "split": "train"},

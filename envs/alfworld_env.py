@@ -6,9 +6,12 @@ official data is found), seeds cycle through the chosen task types in ``TASK_TYP
 are the same whichever other types are chosen. Games are generated on first use by
 ``agentkit.envs.alfworld_gen`` (see there for how, and for the splits) and cached under
 ``$AGENTKIT_CACHE/alfworld``. With the official data (``ALFWORLD_DATA`` holding
-``json_2.1.1/{train,valid_seen,valid_unseen}``), seed ``s`` plays the ``s % N``-th of the split's
-``N`` games of the chosen task types, sorted by path, skipping what ALFWorld skips (movable and
-sliced tasks, games not marked solvable).
+``json_2.1.1/{train,valid_seen,valid_unseen,valid_train}``), seed ``s`` plays the ``s % N``-th of the
+split's ``N`` games of the chosen task types, sorted by path, skipping what ALFWorld skips (movable
+and sliced tasks, games not marked solvable). The official split names are accepted: ``valid_seen``
+is ``eval_in``, ``valid_unseen`` is ``eval_out``, and ``valid_train`` exists only there. The
+process the user started says once on stderr which games it plays, and first-use generation says
+so too (``prepare(seeds)`` generates a rollout's games up front, with a progress bar).
 
 Rewards are sparse: 1 on the step that wins, else 0; winning ends the episode. An action is valid
 when it is in the admissible commands of the state it was played in; the game answers anything
@@ -28,23 +31,33 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import operator
 import os
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from agentkit.envs.alfworld_gen import (
     SEEDS_PER_SPLIT,
+    SPLIT_ALIASES,
     SPLITS,
     TASK_TYPES,
+    announce_generation,
+    game_folder,
     generate_game,
+    is_generated,
     normalize_split,
 )
 
 from agentkit.core.errors import ConfigError, EnvError, did_you_mean
 
 SOURCES = ("auto", "generated", "official")
-OFFICIAL_SPLIT_FOLDERS = {"train": "train", "eval_in": "valid_seen", "eval_out": "valid_unseen"}
+OFFICIAL_SPLIT_FOLDERS = {"train": "train", "eval_in": "valid_seen", "eval_out": "valid_unseen",
+                          "valid_train": "valid_train"}
+# the official data's valid_train (games of train tasks held apart for evaluation) has no generated twin
+OFFICIAL_ONLY_SPLITS = ("valid_train",)
 _ALFRED_TO_SHORT = {alfred: short for short, alfred in TASK_TYPES.items()}
 _BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 # actions whose effects no goal or precondition reads: the plan stays valid after them
@@ -162,6 +175,24 @@ class _Engine:
         self._loaded = None
 
 
+_said: set[tuple[str, str, str]] = set()
+
+
+def _say_source(source: str, split: str, official: Path | None, cache: Path | None) -> None:
+    """Which games are played, once per process and source (the process the user started: not
+    its environment workers, which would repeat it)."""
+    where = str(official / OFFICIAL_SPLIT_FOLDERS[split]) if official is not None else \
+        str(game_folder(split, next(iter(TASK_TYPES)), 0, cache).parent.parent)
+    if (source, split, where) in _said or multiprocessing.parent_process() is not None:
+        return
+    _said.add((source, split, where))
+    if official is not None:
+        print(f"ALFWorld: playing the official games at {where} (split {split})", file=sys.stderr, flush=True)
+    else:
+        print(f"ALFWorld: playing generated games (split {split}, cached under {where}); set ALFWORLD_DATA to the "
+              "official data to play those", file=sys.stderr, flush=True)
+
+
 def clean_observation(text: str) -> str:
     """ALFWorld's text without TextWorld's welcome banner."""
     return text.replace(_BANNER, "").strip()
@@ -172,7 +203,8 @@ class AlfWorldEnv:
 
     Args:
         split: "train", "eval_in" (seen floor plans, other games; "eval" is an alias) or
-            "eval_out" (held-out floor plans). Official data: train, valid_seen, valid_unseen.
+            "eval_out" (held-out floor plans). The official data's names work too: valid_seen
+            (eval_in), valid_unseen (eval_out), and valid_train (official games only).
         task_types: None for all six, or a list (or comma-separated string) of
             pick_and_place, look_at_obj_in_light, pick_clean_then_place, pick_heat_then_place,
             pick_cool_then_place, pick_two_obj_and_place (ALFWorld's long names work too).
@@ -191,10 +223,12 @@ class AlfWorldEnv:
         cache: str | os.PathLike | None = None,
         expert_plan: bool = True,
     ) -> None:
-        if normalize_split(split) not in SPLITS:
+        if normalize_split(split) not in (*SPLITS, *OFFICIAL_ONLY_SPLITS):
+            names = [*SPLITS, *SPLIT_ALIASES, *OFFICIAL_ONLY_SPLITS]
             raise ConfigError(
-                f"Unknown ALFWorld split {split!r}.{did_you_mean(str(split), [*SPLITS, 'eval'])} "
-                f"The splits are {list(SPLITS)} ('eval' is 'eval_in')."
+                f"Unknown ALFWorld split {split!r}.{did_you_mean(str(split), names)} The splits are {list(SPLITS)} "
+                "('eval' and the official 'valid_seen' are 'eval_in', 'valid_unseen' is 'eval_out'; the official "
+                "data's 'valid_train' too)."
             )
         if source not in SOURCES:
             raise ConfigError(f"source must be one of {list(SOURCES)}, got {source!r}.{did_you_mean(str(source), SOURCES)}")
@@ -217,9 +251,16 @@ class AlfWorldEnv:
         if source == "auto":
             official = root is not None and _has_games(root / OFFICIAL_SPLIT_FOLDERS[self.split])
             source = "official" if official else "generated"
+        if source == "generated" and self.split in OFFICIAL_ONLY_SPLITS:
+            raise ConfigError(
+                f"ALFWorld split {split!r} exists only in the official data (json_2.1.1/{split}), and ALFWORLD_DATA "
+                f"({data!r}) holds no games there. Point ALFWORLD_DATA at the official data, or play a generated "
+                f"split: {list(SPLITS)}."
+            )
         self.source = source
         self.official_root = root if source == "official" else None
         self.cache = Path(cache) if cache else None
+        _say_source(self.source, self.split, self.official_root, self.cache)
         self.expert_plan = expert_plan
         self._engine: _Engine | None = None
         self._official_games: list[Path] | None = None
@@ -229,6 +270,23 @@ class AlfWorldEnv:
         self._task = ""
         self._task_type = ""
         self._game_file = ""
+
+    def prepare(self, seeds: Iterable[int]) -> None:
+        """Generate the games of these task seeds now, with progress on stderr, rather than one by
+        one at each first reset (nothing to do for the official games)."""
+        if self.source != "generated":
+            return
+        from tqdm import tqdm
+
+        tasks = [(self.task_types[seed % len(self.task_types)], seed // len(self.task_types))
+                 for seed in dict.fromkeys(self._check_seed(seed) for seed in seeds)]
+        missing = [(task_type, index) for task_type, index in tasks
+                   if not is_generated(game_folder(self.split, task_type, index, self.cache))]
+        if missing:
+            announce_generation(self.split, self.cache, len(missing))
+            for task_type, index in tqdm(missing, desc="ALFWorld games", unit="game", file=sys.stderr, disable=None,
+                                         leave=False):
+                generate_game(self.split, task_type, index, self._engine_ready().solve, self.cache)
 
     def _engine_ready(self) -> _Engine:
         if self._engine is None:
@@ -255,13 +313,7 @@ class AlfWorldEnv:
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         if seed is None:
             seed = int.from_bytes(os.urandom(4), "little") % SEEDS_PER_SPLIT
-        try:
-            index = -1 if isinstance(seed, bool) else operator.index(seed)  # numpy integers too
-        except TypeError:
-            index = -1
-        if not 0 <= index < SEEDS_PER_SPLIT:
-            raise ConfigError(f"ALFWorld task seeds are integers from 0 to {SEEDS_PER_SPLIT - 1}, got {seed!r}.")
-        seed = index
+        seed = self._check_seed(seed)
         game_file, self._task_type = self._game_for(seed)
         engine = self._engine_ready()
         engine.load(json.loads(game_file.read_text()))
@@ -272,6 +324,16 @@ class AlfWorldEnv:
         obs = clean_observation(state["feedback"])
         self._task = obs.rsplit("Your task is to: ", 1)[-1].strip() if "Your task is to: " in obs else ""
         return obs, self._info(action_valid=True)
+
+    @staticmethod
+    def _check_seed(seed: Any) -> int:
+        try:
+            index = -1 if isinstance(seed, bool) else operator.index(seed)  # numpy integers too
+        except TypeError:
+            index = -1
+        if not 0 <= index < SEEDS_PER_SPLIT:
+            raise ConfigError(f"ALFWorld task seeds are integers from 0 to {SEEDS_PER_SPLIT - 1}, got {seed!r}.")
+        return index
 
     def _info(self, *, action_valid: bool) -> dict[str, Any]:
         won = bool(self._state["won"])

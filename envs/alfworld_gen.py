@@ -41,6 +41,7 @@ import contextlib
 import functools
 import json
 import random
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -63,6 +64,8 @@ TASK_TYPES: dict[str, str] = {
 }
 
 SPLITS = ("train", "eval_in", "eval_out")
+# other names of the splits: ours short, and the official data's folders
+SPLIT_ALIASES = {"eval": "eval_in", "valid_seen": "eval_in", "valid_unseen": "eval_out"}
 SEEDS_PER_SPLIT = 1_000_000
 # generation seeds of split k are k * SEEDS_PER_SPLIT + index: disjoint ranges
 SPLIT_SEED_OFFSET = {split: k * SEEDS_PER_SPLIT for k, split in enumerate(SPLITS)}
@@ -215,15 +218,16 @@ def _candidates(plan: FloorPlan, task_type: str) -> list[tuple[str, str]]:
 
 
 def normalize_split(split: str) -> str:
-    """``eval`` is an alias of ``eval_in``."""
-    return "eval_in" if split == "eval" else split
+    """Our name of a split: ``eval`` and the official ``valid_seen`` are ``eval_in``, the official
+    ``valid_unseen`` is ``eval_out``; other names are returned as given."""
+    return SPLIT_ALIASES.get(split, split)
 
 
 def floor_plans(split: str, task_type: str) -> list[str]:
     """The floor plans games of this split and task type are drawn from (sorted by number)."""
     split = normalize_split(split)
     if split not in SPLITS:
-        raise ConfigError(f"split must be one of {[*SPLITS, 'eval']}, got {split!r}.")
+        raise ConfigError(f"split must be one of {[*SPLITS, *SPLIT_ALIASES]}, got {split!r}.")
     plans = load_floor_plans()
     names = [n for n in plans if (n in HELD_OUT_FLOOR_PLANS) == (split == "eval_out")]
     names = [n for n in names if _candidates(plans[n], task_type)]
@@ -346,6 +350,24 @@ def game_folder(split: str, task_type: str, index: int, root: Path | None = None
     return base / GENERATOR_VERSION / normalize_split(split) / task_type / str(index)
 
 
+def is_generated(folder: Path) -> bool:
+    return (folder / "game.tw-pddl").exists() and (folder / "traj_data.json").exists()
+
+
+_announced: set[Path] = set()  # the split folders this process has said it generates games into
+
+
+def announce_generation(split: str, root: Path | None, count: int | None) -> None:
+    """Say on stderr, once per process and split folder, that games are being generated and where."""
+    folder = game_folder(split, next(iter(TASK_TYPES)), 0, root).parent.parent
+    if folder in _announced:
+        return
+    _announced.add(folder)
+    what = f"{count} ALFWorld games" if count is not None else "ALFWorld games"
+    print(f"generating {what} for split {normalize_split(split)} on first use (the planner solves each, about a "
+          f"second apiece); cached under {folder}", file=sys.stderr, flush=True)
+
+
 def generate_game(split: str, task_type: str, index: int, solve: Solver, root: Path | None = None) -> Path:
     """Generate (once) game ``index`` and return its ``game.tw-pddl``.
 
@@ -358,8 +380,9 @@ def generate_game(split: str, task_type: str, index: int, solve: Solver, root: P
         raise ConfigError(f"Unknown ALFWorld task type {task_type!r}; expected one of {list(TASK_TYPES)}.")
     folder = game_folder(split, task_type, index, root)
     game_file = folder / "game.tw-pddl"
-    if game_file.exists() and (folder / "traj_data.json").exists():
+    if is_generated(folder):
         return game_file
+    announce_generation(split, root, None)
     for attempt in range(MAX_ATTEMPTS):
         generated = sample_game(split, task_type, index, attempt)
         plan = solve(generated.game)

@@ -329,3 +329,60 @@ def test_builds_in_a_spawned_process_from_keyword_arguments(no_official_data, tm
     finally:
         env.close()
     assert Path(info["game_file"]).parent == game_folder("train", "pick_and_place", 0)
+
+
+def test_official_split_names_are_aliases(no_official_data, monkeypatch, tmp_path, capsys):
+    """valid_seen / valid_unseen name our eval_in / eval_out; valid_train exists only in the official data."""
+    for official, ours in (("valid_seen", "eval_in"), ("valid_unseen", "eval_out"), ("eval", "eval_in")):
+        env = AlfWorldEnv(split=official, task_types="pick_and_place", cache=str(tmp_path / "games"))
+        try:
+            assert env.split == ours and env.source == "generated"
+        finally:
+            env.close()
+    with pytest.raises(ConfigError, match=r"'valid_train' exists only in the official data .*ALFWORLD_DATA"):
+        AlfWorldEnv(split="valid_train")
+    with pytest.raises(ConfigError, match=r"Unknown ALFWorld split 'valid_sen'\. Did you mean 'valid_seen'"):
+        AlfWorldEnv(split="valid_sen")
+
+    # official data with a valid_train folder: played under that name; valid_seen finds the valid_seen folder
+    generated = AlfWorldEnv(task_types="pick_and_place", cache=str(tmp_path / "games"))
+    try:
+        generated.reset(seed=0)
+        game = Path(generated.reset(seed=1)[1]["game_file"])
+    finally:
+        generated.close()
+    _official_layout(tmp_path / "data", [game], "valid_train")
+    _official_layout(tmp_path / "data", [game], "valid_seen")
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "data"))
+    capsys.readouterr()
+    for split, folder in (("valid_train", "valid_train"), ("valid_seen", "valid_seen")):
+        env = AlfWorldEnv(split=split)
+        try:
+            assert env.source == "official"
+            assert f"/json_2.1.1/{folder}/" in env.reset(seed=0)[1]["game_file"]
+        finally:
+            env.close()
+        assert capsys.readouterr().err == (f"ALFWorld: playing the official games at "
+                                           f"{tmp_path / 'data' / 'json_2.1.1' / folder} (split {env.split})\n")
+
+
+def test_the_source_is_said_once_and_generation_shows_progress(no_official_data, tmp_path, capsys):
+    cache = tmp_path / "games"
+    envs = [AlfWorldEnv(split="eval_out", task_types="pick_and_place,look_at_obj_in_light", cache=str(cache))
+            for _ in range(2)]
+    try:
+        lines = capsys.readouterr().err.splitlines()
+        assert lines == [f"ALFWorld: playing generated games (split eval_out, cached under {cache / 'gen-v1' / 'eval_out'}); "
+                         "set ALFWORLD_DATA to the official data to play those"], lines
+        envs[0].prepare([0, 1, 2, 0])
+        lines = capsys.readouterr().err.splitlines()
+        assert lines[0].startswith("generating 3 ALFWorld games for split eval_out on first use") and str(cache) in lines[0]
+        assert len(lines) == 1, lines  # no bar when stderr is no terminal
+        envs[1].prepare([2, 1])  # generated already
+        envs[1].reset(seed=1)
+        assert capsys.readouterr().err == ""
+        made = sorted(p.relative_to(cache / "gen-v1" / "eval_out").parent.as_posix() for p in cache.rglob("game.tw-pddl"))
+        assert made == ["look_at_obj_in_light/0", "pick_and_place/0", "pick_and_place/1"]
+    finally:
+        for env in envs:
+            env.close()

@@ -7,7 +7,6 @@ import json
 
 import pytest
 import yaml
-from test_train import demos, sft_model  # noqa: F401  (module fixtures: an SFT'd tiny student)
 
 from agentkit.core.jsonl import read_trajectories
 from agentkit.train import train

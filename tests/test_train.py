@@ -21,30 +21,6 @@ pytest.importorskip("textworld")
 COIN1 = ["env.id=textworld/coin-v0", "env.kwargs.level=1", "env.max_turns=3", "eval.episodes=4"]
 
 
-@pytest.fixture(scope="module")
-def demos(tiny_model_dir, tmp_path_factory) -> Path:
-    from agentkit.envs import ActionParser, make
-    from agentkit.rollout.demos import write_demonstrations
-    from agentkit.rollout.hf_backend import load_tokenizer
-
-    out = tmp_path_factory.mktemp("demos") / "coin1.jsonl"
-    make_env = lambda: make("textworld/coin-v0", level=1, max_turns=5, action_parser=ActionParser())  # noqa: E731
-    written, lost = write_demonstrations(make_env, load_tokenizer(tiny_model_dir), out, env_id="textworld/coin-v0",
-                                         seeds=range(16), split="train")
-    assert written == 16 and lost == 0
-    return out
-
-
-@pytest.fixture(scope="module")
-def sft_model(tiny_model_dir, demos, tmp_path_factory) -> Path:
-    """The tiny model after a short SFT: greedy wins coin level 1, sampling is still noisy."""
-    run = tmp_path_factory.mktemp("sft") / "run"
-    cfg = load_config(None, [*COIN1, "objective.name=sft", f"train.demos={demos}", "train.steps=12", "train.lr=3e-3",
-                             "eval.every=0", f"model={tiny_model_dir}", f"out={run}"])
-    train(cfg, show_progress=False)
-    return run / "checkpoints" / "step-12"
-
-
 def _params(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 

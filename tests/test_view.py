@@ -17,17 +17,14 @@ import time
 from pathlib import Path
 
 import pytest
-from test_train import demos, sft_model  # noqa: F401  (module fixtures: an SFT'd tiny student)
 
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
 from agentkit.train import train
 from agentkit.train_config import load_config
 
-pytest.importorskip("textworld")
-
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-BASE = ["env.id=textworld/coin-v0", "env.kwargs.level=1", "env.max_turns=3", "eval.episodes=2", "eval.every=0",
-        "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.temperature=0.5", "rollout.max_new_tokens=12",
+BASE = ["env.id=vaults/vaults-v0", "env.kwargs.families=amber", "env.max_turns=3", "eval.episodes=2", "eval.every=0",
+        "rollout.tasks_per_step=2", "rollout.group_size=2", "sampling.temperature=0.5", "sampling.max_new_tokens=12",
         "train.steps=2", "checkpoint.every=2"]
 
 
@@ -73,19 +70,19 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def sdar_run(tmp_path_factory, sft_model):  # noqa: F811
+def sdar_run(tmp_path_factory, vaults_sft_model):
     out = tmp_path_factory.mktemp("view") / "sdar"
-    cfg = load_config(None, [*BASE, "objective.name=sdar", f"model={sft_model}", f"out={out}", "log.signal_episodes=2"])
+    cfg = load_config(None, [*BASE, "objective.name=sdar", f"model={vaults_sft_model}", f"out={out}", "log.signal_episodes=2"])
     train(cfg, show_progress=False)
     return out
 
 
 @pytest.fixture(scope="module")
-def sage_run(tmp_path_factory, sft_model, tiny_model_dir):  # noqa: F811
+def sage_run(tmp_path_factory, vaults_sft_model, tiny_model_dir):
     out = tmp_path_factory.mktemp("view") / "sage"
-    cfg = load_config(None, [*BASE, "objective.name=sage_opd", f"model={sft_model}", f"out={out}",
+    cfg = load_config(None, [*BASE, "objective.name=sage_opd", f"model={vaults_sft_model}", f"out={out}",
                              f"teacher.spec=model:{tiny_model_dir}", "objective.args.judge=oracle",
-                             "rollout.temperature=0.1", "log.signal_episodes=3"])
+                             "sampling.temperature=0.1", "log.signal_episodes=3"])
     train(cfg, show_progress=False)
     return out
 

@@ -1,4 +1,4 @@
-"""Environment worker processes: real TextWorld in the pool, crashes and hangs survived."""
+"""Environment worker processes: a real environment (vaults) in the pool, crashes and hangs survived."""
 
 from __future__ import annotations
 
@@ -98,16 +98,15 @@ class KillingBackend:
 
 
 def test_killing_a_worker_ends_its_episodes_and_the_rollout_goes_on(backend, tmp_path):
-    pytest.importorskip("textworld")
-    make_env = functools.partial(make, "textworld/coin-v0", max_turns=6, action_parser=ActionParser(require_match=False),
-                                 level=2)
+    # the lamp lasts 6 moves: an episode the kill spares plays all 6 turns
+    make_env = functools.partial(make, "vaults/vaults-v0", max_turns=6, action_parser=ActionParser(require_match=False))
     pool = WorkerPool(make_env, num_workers=2, step_timeout_s=30)
 
     def progress(trajectory, stats):
         pass
 
     killing = KillingBackend(backend, pool.pids)
-    collector = Collector(killing, pool, env_id="textworld/coin-v0",
+    collector = Collector(killing, pool, env_id="vaults/vaults-v0",
                           sampling=SamplingParams(max_new_tokens=8), max_in_flight=4)
     out = tmp_path / "t.jsonl"
     with TrajectoryWriter(out) as writer:
@@ -124,14 +123,12 @@ def test_killing_a_worker_ends_its_episodes_and_the_rollout_goes_on(backend, tmp
 @pytest.mark.parametrize("workers", [1, 2])
 def test_worker_rollout_equals_in_process_rollout(backend, workers):
     """Per-episode sampling seeds make a rollout independent of how episodes were batched."""
-    pytest.importorskip("textworld")
-    make_env = functools.partial(make, "textworld/coin-v0", max_turns=3, action_parser=ActionParser(require_match=False),
-                                 level=2)
+    make_env = functools.partial(make, "vaults/vaults-v0", max_turns=3, action_parser=ActionParser(require_match=False))
     specs = [EpisodeSpec(s, k) for s in range(3) for k in range(2)]
     params = SamplingParams(max_new_tokens=8, seed=5)
     runs = []
     for envs in (InProcessEnvs(make_env), WorkerPool(make_env, workers)):
-        collector = Collector(backend, envs, env_id="textworld/coin-v0", sampling=params, max_in_flight=4,
+        collector = Collector(backend, envs, env_id="vaults/vaults-v0", sampling=params, max_in_flight=4,
                               batch_wait_s=0.0)
         written = []
         collector.run(specs, written.append)

@@ -79,7 +79,7 @@ def _tokenizer_folder(source: Path, trajectories: list[Trajectory], model: str |
 def task_type(trajectory: Trajectory) -> str:
     """The task's type as the environment recorded it (ALFWorld's six types, ScienceWorld's task
     names), else the environment id."""
-    return str(getattr(trajectory, "task_type", None) or trajectory.env)
+    return str(trajectory.task_type or trajectory.env)
 
 
 def _round(values: list[float] | None, digits: int = 3) -> list[float] | None:

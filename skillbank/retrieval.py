@@ -8,16 +8,17 @@ caller through ``SkillBank.record_episode`` after each episode.
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 import re
 from collections import Counter
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from agentkit.skillbank.bank import Skill, SkillBank, resolve_bank
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentkit.core.errors import ConfigError
+from agentkit.core.errors import ConfigError, PluginError
 from agentkit.core.plugins import PluginRegistry, PluginSpec
 from agentkit.core.settings import SkillSettings
 
@@ -31,6 +32,11 @@ def words(text: str) -> list[str]:
 
 @runtime_checkable
 class Retriever(Protocol):
+    """A retriever plugin (entry-point group ``agentkit.retrievers``): a class whose ``Config`` (a
+    pydantic model, its settings from ``skills.args``) it is built with, and ``retrieve``."""
+
+    Config: ClassVar[type[BaseModel]]
+
     def retrieve(self, bank: SkillBank, task: str, k: int, *, env: str | None = None, task_type: str | None = None,
                  rng: random.Random | None = None) -> list[Skill]:
         ...
@@ -167,10 +173,12 @@ for _name, _target, _about in [
 
 
 def make_retriever(name: str, args: dict[str, Any] | None = None) -> Retriever:
-    _, cls = REGISTRY.load(name)
-    config_cls = getattr(cls, "Config", None)
-    if config_cls is None:
-        return cls() if isinstance(cls, type) else cls
+    spec, cls = REGISTRY.load(name)
+    config_cls = inspect.getattr_static(cls, "Config", None) if isinstance(cls, type) else None
+    if not (isinstance(config_cls, type) and issubclass(config_cls, BaseModel)):
+        raise PluginError(f"Retriever {name!r} from {spec.distribution!r} (group {REGISTRY.group!r}) resolved to "
+                          f"{cls!r}, which is not a class with a pydantic `Config`; a retriever is a class built "
+                          "from its Config with a retrieve(bank, task, k, *, env, task_type, rng) method.")
     try:
         return cls(config_cls(**(args or {})))
     except ValidationError as err:

@@ -50,7 +50,7 @@ def test_bank_round_trip_keeps_stats(tmp_path, suffix):
 
 
 def test_starter_banks_load_and_cover_every_env_family():
-    assert set(starter_banks()) == {"textworld", "alfworld", "scienceworld", "search_qa", "webshop"}
+    assert set(starter_banks()) == {"textworld", "alfworld", "scienceworld", "search_qa", "webshop", "vaults"}
     for name in starter_banks():
         bank = SkillBank.load(resolve_bank(name))
         assert len(bank) >= 4 and all(s.text and s.title for s in bank)

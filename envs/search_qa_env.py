@@ -33,6 +33,7 @@ from agentkit.envs.protocol import task_index
 from agentkit.envs.search_qa_corpus import (
     CORPUS_FILE,
     DEFAULT_NUM_PASSAGES,
+    EVAL_FILE,
     SPLITS,
     QAItem,
     generated_dir,
@@ -149,6 +150,37 @@ def _resolve(path: str | os.PathLike | None, default_folder: Path, filename: str
     return path
 
 
+def _split_questions(split: str, qa: str | os.PathLike | None, eval_qa: str | os.PathLike | None,
+                     eval_fraction: float | None, generated: Path | None) -> tuple[Path, list[QAItem]]:
+    """The QA file of ``split`` and its questions (see ``SearchQAEnv``'s ``qa``, ``eval_qa``,
+    ``eval_fraction``): train and eval never share a question unless two files repeat one."""
+    single = qa is not None and not Path(qa).expanduser().is_dir()
+    if eval_fraction is not None:
+        if isinstance(eval_fraction, bool) or not isinstance(eval_fraction, (int, float)) or not 0 < eval_fraction < 1:
+            raise ConfigError(f"eval_fraction must be a number between 0 and 1 (exclusive), got {eval_fraction!r}.")
+        if not single or eval_qa is not None:
+            raise ConfigError("eval_fraction holds out part of a single qa file; give qa=FILE and no eval_qa "
+                              f"(got qa={qa!r}, eval_qa={eval_qa!r}).")
+    if split == "eval" and eval_qa is not None:
+        path = _resolve(eval_qa, None, EVAL_FILE)
+        return path, read_qa(path)
+    path = _resolve(qa, generated, f"{split}.jsonl")
+    if not single:
+        return path, read_qa(path)
+    if eval_fraction is None:
+        if split == "eval":
+            raise ConfigError(f"Search-QA split 'eval' with qa={path} (one file, the train questions): give the "
+                              "held-out questions with eval_qa=FILE, or hold out a share of this file with "
+                              "eval_fraction=0.1 (train then plays the rest), or qa=FOLDER with train.jsonl and eval.jsonl.")
+        return path, read_qa(path)
+    questions = read_qa(path)
+    held_out = max(1, round(len(questions) * eval_fraction))
+    if held_out >= len(questions):
+        raise ConfigError(f"eval_fraction={eval_fraction} of the {len(questions)} questions in {path} leaves none to "
+                          "train on; lower it or add questions.")
+    return path, questions[-held_out:] if split == "eval" else questions[:-held_out]
+
+
 class SearchQAEnv:
     """Search-R1-style question answering over a corpus, with a retrieval backend.
 
@@ -158,8 +190,12 @@ class SearchQAEnv:
             retrieval server at ``retriever_url``).
         retriever_url: the server's base URL, for ``retriever="http"`` only.
         corpus: a corpus JSONL (or a folder holding ``corpus.jsonl``); default: the generated one.
-        qa: a QA JSONL (or a folder holding ``train.jsonl``/``eval.jsonl``, read by ``split``);
-            default: the generated split.
+        qa: a folder holding ``train.jsonl`` and ``eval.jsonl`` (read by ``split``), or one QA
+            JSONL: the train questions, with the eval ones in ``eval_qa`` or held out of it by
+            ``eval_fraction``; default: the generated split.
+        eval_qa: the eval split's QA JSONL (held-out questions), whatever ``qa`` is.
+        eval_fraction: with ``qa`` a single file, the share of its questions (its last ones) that
+            form the eval split; train plays the rest.
         corpus_seed: seed of the generated corpus.
         num_passages: size of the generated corpus.
         top_k: passages returned per search.
@@ -172,6 +208,7 @@ class SearchQAEnv:
 
     def __init__(self, split: str = "train", retriever: str = "bm25s", retriever_url: str | None = None,
                  corpus: str | os.PathLike | None = None, qa: str | os.PathLike | None = None,
+                 eval_qa: str | os.PathLike | None = None, eval_fraction: float | None = None,
                  corpus_seed: int = 0, num_passages: int = DEFAULT_NUM_PASSAGES, top_k: int = 3,
                  max_searches: int = DEFAULT_MAX_SEARCHES, retriever_options: dict[str, Any] | None = None) -> None:
         if split not in SPLITS:
@@ -186,12 +223,13 @@ class SearchQAEnv:
             raise ConfigError(f"max_searches must be a non-negative integer, got {max_searches!r}.")
         # the generated corpus is the default, except that an http server with our own questions
         # brings its own corpus (then supporting passages are not available for the teacher)
-        remote_only = retriever == "http" and corpus is None and qa is not None
-        generated = None if remote_only or (corpus is not None and qa is not None) else generated_dir(corpus_seed, num_passages)
+        own_questions = eval_qa if split == "eval" and eval_qa is not None else qa
+        remote_only = retriever == "http" and corpus is None and own_questions is not None
+        generated = None if remote_only or (corpus is not None and own_questions is not None) \
+            else generated_dir(corpus_seed, num_passages)
         self.corpus_path = None if remote_only else _resolve(corpus, generated, CORPUS_FILE)
-        self.qa_path = _resolve(qa, generated, f"{split}.jsonl")
         self.split, self.top_k, self.max_searches = split, top_k, max_searches
-        self.questions: list[QAItem] = read_qa(self.qa_path)
+        self.qa_path, self.questions = _split_questions(split, qa, eval_qa, eval_fraction, generated)
         wanted = {pid for q in self.questions for pid in q.supporting_ids}
         self._support: dict[str, tuple[str, str]] = {}
         if wanted and self.corpus_path is not None:

@@ -1,11 +1,11 @@
 """Retrieval backends for Search-QA behind one protocol: bm25s (embedded), pyserini (Lucene), http.
 
 - ``bm25s``: pure Python and numpy, the default. The index is built on first use and saved with
-  bm25s's own ``save``/``load`` beside the corpus (``<corpus>.bm25s/``; under the agentkit cache when
-  that folder is not writable).
+  bm25s's own ``save``/``load`` under the agentkit cache (``index_dir_for``: beside a generated
+  corpus, ``$AGENTKIT_CACHE/search_qa/indexes/`` for a user's, whose folder is left alone).
 - ``pyserini``: Lucene through pyserini (>= 1.6, Java 21+). The index is built from our corpus
-  JSONL by pyserini's ``JsonCollection`` indexer, run as a subprocess, beside the corpus
-  (``<corpus>.lucene/``). Queries are escaped (every character of Lucene's query syntax, and the
+  JSONL by pyserini's ``JsonCollection`` indexer, run as a subprocess, into the same place
+  (``.lucene`` instead of ``.bm25s``). Queries are escaped (every character of Lucene's query syntax, and the
   operator words AND/OR/NOT) and parsed by Lucene's classic ``QueryParser``, so model text is
   always searched as plain words: it can neither fail to parse nor reach other fields, wildcards
   or boolean operators.
@@ -125,13 +125,15 @@ def _fingerprint(corpus_path: Path, builder: str) -> dict[str, Any]:
 
 
 def index_dir_for(corpus_path: str | os.PathLike, backend: str) -> Path:
-    """Where the ``backend`` index of this corpus lives: beside it, or under the cache if read-only."""
+    """Where the ``backend`` index of this corpus lives: under agentkit's cache, never beside a
+    user's corpus (whose folder may be read-only, shared or under version control); a corpus
+    generated into the cache keeps its index beside it."""
     corpus_path = Path(corpus_path).resolve()
-    beside = corpus_path.with_name(f"{corpus_path.name}.{backend}")
-    if os.access(corpus_path.parent, os.W_OK):
-        return beside
+    cache = cache_dir().resolve()
+    if corpus_path.is_relative_to(cache):
+        return corpus_path.with_name(f"{corpus_path.name}.{backend}")
     key = hashlib.sha1(str(corpus_path).encode()).hexdigest()[:16]
-    return cache_dir() / "search_qa" / "indexes" / f"{corpus_path.stem}-{key}.{backend}"
+    return cache / "search_qa" / "indexes" / f"{corpus_path.stem}-{key}.{backend}"
 
 
 def _index_is_current(folder: Path, corpus_path: Path, builder: str) -> bool:

@@ -60,6 +60,7 @@ from agentkit.envs.search_qa_retrieval import (  # noqa: E402
     RetrievalError,
     Retriever,
     find_java_home,
+    index_dir_for,
     lucene_escape,
     lucene_query,
 )
@@ -422,7 +423,8 @@ def test_user_corpus_and_qa_files(tmp_path):
         assert env.corpus_path == folder / CORPUS_FILE and env.qa_path == folder / TRAIN_FILE
         info, _ = play_expert(env, 0)
         assert info["won"]
-        assert (folder / f"{CORPUS_FILE}.bm25s" / "agentkit-index.json").is_file()  # cached beside the corpus
+        assert not (folder / f"{CORPUS_FILE}.bm25s").exists()  # the user's folder is left alone
+        assert (index_dir_for(folder / CORPUS_FILE, "bm25s") / "agentkit-index.json").is_file()  # in the cache
     finally:
         env.close()
 
@@ -482,7 +484,7 @@ def test_nq_style_questions_over_a_remote_corpus(server, tmp_path):
     qa = tmp_path / "nq.jsonl"
     source = read_qa(generated_dir() / EVAL_FILE)[:3]
     qa.write_text("".join(json.dumps({"question": q.question, "golden_answers": list(q.golden_answers)}) + "\n" for q in source))
-    env = SearchQAEnv(split="eval", retriever="http", retriever_url=server.url, qa=qa)
+    env = SearchQAEnv(split="eval", retriever="http", retriever_url=server.url, eval_qa=qa)
     try:
         assert env.corpus_path is None and env.num_tasks == 3
         _, info = env.reset(seed=numpy_int(1))
@@ -755,3 +757,52 @@ def test_pyserini_index_is_cached_and_env_vars_do_not_leak(lucene_env, corpus_di
     second.close()
     assert second._searcher is None
     assert {key: os.environ.get(key) for key in ENV_AT_IMPORT} == ENV_AT_IMPORT  # set only for pyserini's import
+
+
+# ---------------------------------------------------------------------------------------------
+# your own questions: train and eval kept apart, the index in the cache
+
+
+def test_own_qa_file_keeps_train_and_eval_apart(tmp_path, agentkit_cache):
+    folder = write_corpus(tmp_path / "mine", seed=3, num_passages=200)
+    questions = read_qa(folder / TRAIN_FILE)[:10]
+    qa = tmp_path / "my-questions.jsonl"
+    qa.write_text("".join(json.dumps({"id": q.id, "question": q.question, "golden_answers": list(q.golden_answers)})
+                          + "\n" for q in questions))
+    corpus = folder / CORPUS_FILE
+    train = SearchQAEnv(split="train", corpus=corpus, qa=qa)
+    try:
+        assert [q.id for q in train.questions] == [q.id for q in questions]
+    finally:
+        train.close()
+    # one file and the eval split: which questions are held out must be said
+    with pytest.raises(ConfigError, match=r"split 'eval' with qa=.*my-questions.jsonl .*eval_qa=FILE.*eval_fraction"):
+        SearchQAEnv(split="eval", corpus=corpus, qa=qa)
+    # eval_fraction: the last share of the file is eval, the rest train
+    split = {name: SearchQAEnv(split=name, corpus=corpus, qa=qa, eval_fraction=0.3) for name in ("train", "eval")}
+    try:
+        assert [q.id for q in split["train"].questions] == [q.id for q in questions[:7]]
+        assert [q.id for q in split["eval"].questions] == [q.id for q in questions[7:]]
+        assert split["eval"].num_tasks == 3
+        with pytest.raises(ConfigError, match=r"task seeds for split 'eval' run from 0 to 2, got 3"):
+            split["eval"].reset(seed=3)
+    finally:
+        for env in split.values():
+            env.close()
+    # eval_qa: a file of its own
+    held_out = tmp_path / "held-out.jsonl"
+    held_out.write_text(qa.read_text().splitlines()[0] + "\n")
+    evals = SearchQAEnv(split="eval", corpus=corpus, qa=qa, eval_qa=held_out)
+    try:
+        assert evals.qa_path == held_out and evals.num_tasks == 1
+    finally:
+        evals.close()
+    for bad, match in (({"eval_fraction": 1.0}, "between 0 and 1"), ({"eval_fraction": 0.95}, "leaves none to train"),
+                       ({"eval_fraction": 0.2, "eval_qa": held_out}, "no eval_qa"),
+                       ({"eval_fraction": 0.2, "qa": folder}, "single qa file")):
+        with pytest.raises(ConfigError, match=match):
+            SearchQAEnv(split="train", corpus=corpus, **{"qa": qa, **bad})
+    # the index of a user's corpus goes to the cache; the user's folder is untouched
+    assert sorted(p.name for p in folder.iterdir()) == ["corpus.jsonl", "eval.jsonl", "meta.json", "train.jsonl"]
+    index = index_dir_for(corpus, "bm25s")
+    assert index.is_relative_to(agentkit_cache.resolve()) and (index / "agentkit-index.json").is_file()

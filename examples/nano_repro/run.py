@@ -83,7 +83,7 @@ class EnvSetup:
     eval_every: int
     eval_episodes: int  # per eval split, at the end of a run
     curve_episodes: int  # during training
-    context: str = "chat"  # rollout.context: "chat" (whole history) or "window" (the last `window` turns)
+    context: str = "chat"  # context.mode: "chat" (whole history) or "window" (the last `window` turns)
     window: int = 3
 
 
@@ -155,9 +155,9 @@ def quiet_libraries() -> None:
 
 
 def base_overrides(setup: EnvSetup) -> list[str]:
-    return [f"env.id={setup.env_id}", f"env.kwargs={json.dumps(setup.kwargs)}", f"env.eval_split={setup.eval_splits[0]}",
-            f"env.max_turns={setup.max_turns}", f"rollout.max_new_tokens={setup.max_new_tokens}",
-            f"rollout.context={setup.context}", f"rollout.window={setup.window}", "checkpoint.keep=1"]
+    return [f"env.id={setup.env_id}", f"env.kwargs={json.dumps(setup.kwargs)}", f"eval.split={setup.eval_splits[0]}",
+            f"env.max_turns={setup.max_turns}", f"sampling.max_new_tokens={setup.max_new_tokens}",
+            f"context.mode={setup.context}", f"context.window={setup.window}", "checkpoint.keep=1"]
 
 
 def sft_config(setup: EnvSetup, *, model: Path, demos: Path, out: Path, steps: int):
@@ -175,7 +175,7 @@ def rl_config(setup: EnvSetup, variant: str, seed: int, *, model: Path, out: Pat
     overrides = [o.replace("{sft}", str(model)) for o in VARIANTS[variant]]
     return load_config(None, [*base_overrides(setup), *overrides, "train.lr=2e-4", f"train.steps={setup.rl_steps}",
                               f"rollout.tasks_per_step={setup.tasks_per_step}", f"rollout.group_size={setup.group_size}",
-                              "rollout.temperature=1.0", f"eval.every={setup.eval_every}",
+                              "sampling.temperature=1.0", f"eval.every={setup.eval_every}",
                               f"eval.episodes={setup.curve_episodes}", f"checkpoint.every={setup.eval_every}",
                               f"seed={seed}", f"model={model}", f"out={out}"])
 
@@ -288,22 +288,21 @@ def hint_use(setup: EnvSetup, policy_dir: Path, episodes: int) -> dict[str, floa
 
 def evaluate_splits(setup: EnvSetup, cfg, policy_dir: Path) -> dict[str, dict[str, float]]:
     """Greedy episodes on seeds 0 .. eval_episodes-1 of every eval split, as the training loop evaluates."""
-    from agentkit.rollout.collector import Collector, EpisodeSpec, SamplingParams
+    from agentkit.rollout.collector import EpisodeSpec
     from agentkit.rollout.hf_backend import HFBackend
-    from agentkit.rollout.run import env_factory
-    from agentkit.rollout.workers import InProcessEnvs
+    from agentkit.rollout.run import make_collector, make_envs, resolve_env, sampling_params
+
+    from agentkit.core.settings import GenerationSettings
 
     backend = HFBackend(policy_dir, seed=cfg.seed)
+    env = resolve_env(cfg.env)
+    greedy = sampling_params(GenerationSettings(max_new_tokens=cfg.sampling.max_new_tokens), 0)
     results = {}
     for split in setup.eval_splits:
-        envs = InProcessEnvs(env_factory(setup.env_id, split=split, max_turns=setup.max_turns, env_kwargs=setup.kwargs))
+        envs = make_envs(env, split)
         episodes: list = []
         try:
-            collector = Collector(backend, envs, env_id=setup.env_id, split=split,
-                                  sampling=SamplingParams(temperature=0.0, max_new_tokens=setup.max_new_tokens),
-                                  context=cfg.rollout.context, window=cfg.rollout.window,
-                                  show_admissible=cfg.rollout.show_admissible,
-                                  max_consecutive_errors=cfg.env.max_consecutive_errors)
+            collector = make_collector(backend, envs, env=env, split=split, sampling=greedy, context=cfg.context)
             collector.run([EpisodeSpec(seed) for seed in range(setup.eval_episodes)], episodes.append)
         finally:
             envs.close()

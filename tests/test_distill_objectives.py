@@ -11,7 +11,7 @@ import torch
 from agentkit.objectives import make_objective
 from agentkit.objectives.opd import full_reverse_kl
 from agentkit.objectives.sage_opd import normalize_weights, turn_scores
-from test_objectives import batch_of
+from helpers import batch_of
 
 
 def sig(x: float) -> float:

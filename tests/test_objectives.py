@@ -16,28 +16,17 @@ from agentkit.objectives import (
     Judgments,
     StepScores,
     TeacherScores,
-    TokenBatch,
     build_batch,
     capabilities_of,
     make_objective,
 )
 from agentkit.objectives.common import aggregate, group_advantages, k3_kl
+from helpers import batch_of
 from pydantic import BaseModel
 
 from agentkit.core.errors import ConfigError, PluginError, UnknownNameError
 from agentkit.core.plugins import PluginSpec
 from agentkit.core.trajectory import Trajectory, Turn
-
-
-def batch_of(response_mask, old, adv, episodes=None, ref=None) -> TokenBatch:
-    mask = torch.tensor(response_mask, dtype=torch.float32)
-    rows, length = mask.shape
-    return TokenBatch(
-        input_ids=torch.zeros((rows, length + 1), dtype=torch.long), attention_mask=torch.ones((rows, length + 1), dtype=torch.long),
-        response_mask=mask, old_logprobs=torch.tensor(old), advantages=torch.tensor(adv), weights=mask.clone(),
-        episode_index=torch.tensor(episodes if episodes is not None else list(range(rows))),
-        turn_index=torch.zeros((rows, length), dtype=torch.long), ref_logprobs=None if ref is None else torch.tensor(ref),
-    ).with_normalizers()
 
 
 def test_group_advantages_golden():

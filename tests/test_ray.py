@@ -21,12 +21,12 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-import test_workers  # noqa: E402
+import helpers  # noqa: E402
 from agentkit.envs import ActionParser, make  # noqa: E402
 from agentkit.rollout import Collector, EpisodeSpec, SamplingParams  # noqa: E402
 from agentkit.rollout.ray_workers import RayEnvs, connect, import_ray  # noqa: E402
 from agentkit.rollout.workers import InProcessEnvs, make_env_runner  # noqa: E402
-from test_workers import KillingBackend, drain, faulty  # noqa: E402
+from helpers import KillingBackend, drain, faulty  # noqa: E402
 
 from agentkit.core.errors import ConfigError, MissingDependencyError  # noqa: E402
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories  # noqa: E402
@@ -106,11 +106,11 @@ def ray_cluster(cluster_env):
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         connect(address)  # fails in seconds if the head is not there (ray.init would retry for minutes)
-        ray.cloudpickle.register_pickle_by_value(test_workers)  # its fault-injecting envs, for the actors
+        ray.cloudpickle.register_pickle_by_value(helpers)  # its fault-injecting envs, for the actors
         try:
             yield address
         finally:
-            ray.cloudpickle.unregister_pickle_by_value(test_workers)
+            ray.cloudpickle.unregister_pickle_by_value(helpers)
     finally:
         ray.shutdown()
         _stop_cluster(temp_dir)
@@ -170,13 +170,13 @@ def test_more_actors_than_cpus_share_them_and_unplaceable_actors_fail_at_start(r
 
 def test_an_env_the_actors_cannot_import_fails_at_start(ray_cluster):
     """The usual multi-node mistake (a node without the env's package) is reported before any episode."""
-    ray.cloudpickle.unregister_pickle_by_value(test_workers)  # test_workers is not importable on the cluster
+    ray.cloudpickle.unregister_pickle_by_value(helpers)  # helpers is not importable on the cluster
     try:
-        with pytest.raises(ConfigError, match=r"(?s)environment actor failed to start.*No module named 'test_workers'"
+        with pytest.raises(ConfigError, match=r"(?s)environment actor failed to start.*No module named 'helpers'"
                                               r".*installed in the Python of every Ray node"):
             RayEnvs(functools.partial(faulty, "none"), 2, address=ray_cluster)
     finally:
-        ray.cloudpickle.register_pickle_by_value(test_workers)
+        ray.cloudpickle.register_pickle_by_value(helpers)
 
 
 def test_ray_rollout_equals_in_process_rollout(backend, ray_cluster):

@@ -9,51 +9,11 @@ import time
 
 import pytest
 from agentkit.envs import ActionParser, make
-from agentkit.envs.wrappers import TurnLimit
 from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
 from agentkit.rollout.workers import InProcessEnvs, WorkerPool
+from helpers import KillingBackend, drain, faulty
 
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
-
-INFO = {"task": "wait", "admissible_actions": None, "action_valid": True, "won": False, "score": 0.0, "privileged": None}
-
-
-class FaultyEnv:
-    """Injects faults real environments cannot produce on demand: on step ``at`` it hangs, kills
-    its own process, or raises, depending on ``fault``."""
-
-    def __init__(self, fault: str = "none", at: int = 2) -> None:
-        self.fault, self.at, self.steps = fault, at, 0
-
-    def reset(self, *, seed=None, options=None):
-        self.steps = 0
-        return f"room {seed}", dict(INFO)
-
-    def step(self, action):
-        self.steps += 1
-        if self.steps == self.at:
-            if self.fault == "hang":
-                time.sleep(3600)
-            elif self.fault == "die":
-                os._exit(3)
-            elif self.fault == "raise":
-                raise ValueError("broken simulator")
-        return f"step {self.steps}", 0.0, False, False, dict(INFO)
-
-    def close(self):
-        pass
-
-
-def faulty(fault: str, max_turns: int = 4):
-    return TurnLimit(FaultyEnv(fault), max_turns)
-
-
-def drain(pool, count, timeout=60.0):
-    results, deadline = [], time.time() + timeout
-    while len(results) < count and time.time() < deadline:
-        results += pool.poll(timeout=1.0)
-    assert len(results) == count, results
-    return sorted(results, key=lambda r: r.slot)
 
 
 @pytest.mark.parametrize("fault", ["die", "hang", "raise"])
@@ -79,22 +39,6 @@ def test_pool_survives_a_fault_and_restarts(fault):
             assert pool.restarts == 2
     finally:
         pool.close()
-
-
-class KillingBackend:
-    """Wraps a backend; SIGKILLs the first process that ``pids()`` lists during the third generate
-    call (a real crash, mid-rollout). ``killed`` holds the pid it killed."""
-
-    def __init__(self, inner, pids, at_call: int = 3):
-        self.inner, self.pids, self.at_call, self.calls, self.killed = inner, pids, at_call, 0, []
-        self.tokenizer, self.name, self.max_context = inner.tokenizer, inner.name, inner.max_context
-
-    def generate(self, prompts, params, seeds=None):
-        self.calls += 1
-        if self.calls == self.at_call and not self.killed:
-            self.killed.append(self.pids()[0])
-            os.kill(self.killed[0], signal.SIGKILL)
-        return self.inner.generate(prompts, params, seeds)
 
 
 def test_killing_a_worker_ends_its_episodes_and_the_rollout_goes_on(backend, tmp_path):

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.textworld
 pytest.importorskip("textworld")
 
 BASE = ["env.id=textworld/coin-v0", "env.kwargs.level=1", "env.max_turns=3", "eval.episodes=2", "eval.every=0",
-        "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.temperature=0.5", "rollout.max_new_tokens=12",
+        "rollout.tasks_per_step=2", "rollout.group_size=2", "sampling.temperature=0.5", "sampling.max_new_tokens=12",
         "train.steps=2", "checkpoint.every=1"]
 DIAGNOSTICS = {
     "opd": {"reverse_kl", "teacher_logprob_mean", "clip_fraction"},
@@ -44,7 +44,7 @@ def run(tmp_path, objective, student, *extra):
 def test_each_objective_trains_and_logs_its_diagnostics(objective, sft_model, tiny_model_dir, tmp_path):  # noqa: F811
     extra = [f"teacher.spec=model:{tiny_model_dir}"] if objective in ("opd", "sage_opd") else []
     if objective == "sage_opd":
-        extra.append("rollout.temperature=0.1")  # near-greedy: the short-SFT'd student makes valid moves
+        extra.append("sampling.temperature=0.1")  # near-greedy: the short-SFT'd student makes valid moves
     out, metrics = run(tmp_path, objective, sft_model, *extra)
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
@@ -84,7 +84,8 @@ def test_sdar_resume_restores_the_skill_bank_statistics(sft_model, tmp_path):  #
     common = [*BASE, "objective.name=sdar", f"model={sft_model}", "skills.retrieval=ucb"]
     train(load_config(None, [*common, f"out={whole}"]), show_progress=False)
     train(load_config(None, [*common, f"out={split}", "train.steps=1"]), show_progress=False)
-    train(load_config(None, [*common, f"out={split}"]), resume=True, show_progress=False)
+    train(load_config(None, [*common, f"out={split}"]), resume=True, show_progress=False,
+          given={"train.steps": 2})  # resuming keeps the saved length (1) unless the length is given
     assert (whole / "skillbank.yaml").read_text() == (split / "skillbank.yaml").read_text()
 
     def lines(run):
@@ -110,7 +111,7 @@ def test_sdar_on_alfworld(tiny_model_dir, tmp_path):
     pytest.importorskip("alfworld")
     out = tmp_path / "alf"
     cfg = load_config(None, ["env.id=alfworld/alfworld-v0", "env.kwargs={}", "env.max_turns=2", "eval.episodes=1",
-                             "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=8",
+                             "rollout.tasks_per_step=1", "rollout.group_size=2", "sampling.max_new_tokens=8",
                              "train.steps=1", "objective.name=sdar", "skills.retrieval=keyword", "teacher.privileged=[skills, env]",
                              f"model={tiny_model_dir}", f"out={out}"])
     train(cfg, show_progress=False)

@@ -1,17 +1,39 @@
-"""Environment ids -> factories: built-ins listed here, plugins from the ``agentkit.envs`` group.
+"""Environment ids -> specs: built-ins listed here, plugins from the ``agentkit.envs`` group.
 
-An entry point ``NAME = package.module:Factory`` in the group ``agentkit.envs`` registers the id
-NAME; ``Factory`` is an environment class or a callable returning an environment, called with the
-keyword arguments given to ``make``.
+Every id stands for an ``EnvSpec``: the factory that builds the environment plus what belongs to
+the environment rather than to a command: its default settings (``kwargs``), a turn limit long
+enough for its expert plans (``max_turns``), its task splits and the held-out one (``splits``,
+``eval_split``), its action format (the system prompt's instruction, stop strings, parser and
+how expert actions are written), the modules and programs it needs (``requires``, ``programs``)
+and the line ``agentkit envs list`` shows. ``env_info(id)`` reads it without building the
+environment (built-ins import nothing; a plugin's module is imported), so commands fill their
+defaults from it.
+
+Plugins. An entry point ``NAME = package.module:attr`` in the group ``agentkit.envs`` registers the
+id NAME. ``attr`` is either
+
+- an ``EnvSpec`` (``EnvSpec(factory=MyEnv, max_turns=12, splits=("train", "eval"),
+  action_format=ActionFormat(...), description="...")``): the way to declare any of the above; or
+- an environment class, or a callable returning an environment: it gets ``EnvSpec``'s defaults
+  (the ``<action>...</action>`` format, ``DEFAULT_MAX_TURNS`` turns, the one split ``train``, no
+  description).
+
+Either way the factory is called with the registered ``kwargs`` overridden by those given to
+``make``, plus ``split`` when it takes one. ``register(id, ...)`` does the same at run time, and an
+id of the form ``package.module:attr`` needs no registration at all.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
+from agentkit.envs.formats import ACTION_TAG, SEARCH_ANSWER, ActionFormat
 from agentkit.envs.protocol import Env
 from agentkit.envs.wrappers import ActionParser, CleanObservation, ParseAction, TurnLimit
 
@@ -20,79 +42,170 @@ from agentkit.core.errors import (
     ConfigError,
     EnvError,
     MissingDependencyError,
+    PluginError,
     UnknownNameError,
 )
-from agentkit.core.plugins import PluginRegistry, PluginSpec
+from agentkit.core.plugins import PluginRegistry, PluginSpec, import_target
 
 REGISTRY = PluginRegistry("agentkit.envs", "environment")
-PARSES_ACTIONS = "parses-actions"  # tag: the environment parses the model's whole response itself
 # id prefixes of the environment families that optional extras provide
 EXTRA_FAMILIES = {"textworld": "textworld", "alfworld": "alfworld", "scienceworld": "scienceworld", "search-qa": "search",
                   "webshop": "search"}
+DEFAULT_MAX_TURNS = 20  # for environments that do not declare theirs
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What an environment id stands for.
+
+    Attributes:
+        factory: ``"package.module:Factory"`` or the class/callable itself; imported only by ``make``.
+        kwargs: default keyword arguments for the factory (``make``'s override them).
+        max_turns: the default turn limit, long enough for the expert plans of the default settings.
+        splits: the task splits the factory accepts (``split="train"`` always exists).
+        eval_split: the held-out split evaluation plays by default; None: ``"eval"`` when it is
+            one of ``splits``, else ``"train"``.
+        action_format: how the model answers (instruction, stop strings, parser, expert rendering).
+        description: one line for ``agentkit envs list``.
+        requires: modules that must import for the environment to work (checked by ``status``).
+        programs: executables that must be on PATH (e.g. ``java``).
+        extra: the ``agentkit[...]`` extra that installs the requirements, for messages.
+    """
+
+    factory: str | Callable[..., Env]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    max_turns: int = DEFAULT_MAX_TURNS
+    splits: tuple[str, ...] = ("train",)
+    eval_split: str | None = None
+    action_format: ActionFormat = ACTION_TAG
+    description: str = ""
+    requires: tuple[str, ...] = ()
+    programs: tuple[str, ...] = ()
+    extra: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.factory, str) or callable(self.factory)):
+            raise ConfigError(f"EnvSpec.factory must be 'package.module:Factory' or a callable, got {self.factory!r}.")
+        if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns <= 0:
+            raise ConfigError(f"EnvSpec.max_turns must be a positive integer, got {self.max_turns!r}.")
+        for name in ("splits", "requires", "programs"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
+                raise ConfigError(f"EnvSpec.{name} must be a tuple of names, got {value!r}.")
+            object.__setattr__(self, name, tuple(value))
+        if "train" not in self.splits:
+            raise ConfigError(f"EnvSpec.splits must include 'train' (every environment has it), got {self.splits!r}.")
+        eval_split = self.eval_split or ("eval" if "eval" in self.splits else "train")
+        if eval_split not in self.splits:
+            raise ConfigError(f"EnvSpec.eval_split {eval_split!r} is not one of its splits {list(self.splits)}.")
+        object.__setattr__(self, "eval_split", eval_split)
+        if not isinstance(self.action_format, ActionFormat):
+            raise ConfigError(f"EnvSpec.action_format must be an agentkit.envs.ActionFormat, got {self.action_format!r}.")
+        object.__setattr__(self, "kwargs", dict(self.kwargs))
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvInfo(EnvSpec):
+    """An id's ``EnvSpec`` with the id and the distribution that registered it (``env_info``).
+
+    ``eval_split`` is always set here. ``kwargs`` is a copy: changing it changes nothing registered.
+    """
+
+    id: str
+    distribution: str = "agentkit"
+
 
 _TW = "agentkit.envs.textworld_env:TextWorldEnv"
-_BUILTINS = [
-    PluginSpec("textworld/simple-v0", _TW, "textworld", defaults=(("challenge", "tw-simple"),),
-               description="TextWorld tw-simple (rewards, goal)"),
-    PluginSpec("textworld/coin-v0", _TW, "textworld", defaults=(("challenge", "tw-coin_collector"),),
-               description="TextWorld Coin Collector (level, goal: detailed|brief)"),
-    PluginSpec("textworld/treasure-v0", _TW, "textworld", defaults=(("challenge", "tw-treasure_hunter"),),
-               description="TextWorld Treasure Hunter (level)"),
-    PluginSpec("textworld/cooking-v0", _TW, "textworld", defaults=(("challenge", "tw-cooking"),),
-               description="TextWorld Cooking (recipe, take, go, open, cook, cut, drop)"),
-]
-_BUILTINS += [
-    PluginSpec("alfworld/alfworld-v0", "agentkit.envs.alfworld_env:AlfWorldEnv", "alfworld",
-               description="ALFWorld household tasks, generated offline (or the official games via ALFWORLD_DATA)"),
-    PluginSpec("scienceworld/scienceworld-v0", "agentkit.envs.scienceworld_env:ScienceWorldEnv", "scienceworld",
-               description="ScienceWorld's 30 science tasks (tasks, simplifications; needs Java)"),
-    PluginSpec("search-qa/generated-v0", "agentkit.envs.search_qa_env:SearchQAEnv", "search",
-               description="Search-R1-style QA over a generated corpus (retriever bm25s|pyserini|http)",
-               tags=frozenset({PARSES_ACTIONS})),
-]
+_TEXTWORLD = {"splits": ("train", "eval"), "requires": ("textworld",), "extra": "textworld"}
+_SEARCH = {"splits": ("train", "eval"), "requires": ("bm25s",), "extra": "search"}
 _WEBSHOP = "agentkit.envs.webshop_env:WebShopEnv"
-_BUILTINS += [
-    PluginSpec("webshop/generated-v0", _WEBSHOP, "search", defaults=(("source", "generated"),),
-               description="WebShop shopping over a catalog generated offline (num_products, catalog_seed, retriever bm25s|pyserini)"),
-    PluginSpec("webshop/original-v0", _WEBSHOP, "search", defaults=(("source", "original"),),
-               description="WebShop on the original data files (data_dir or WEBSHOP_DATA; goals human|synthetic)"),
-]
-_BUILTINS += [  # pure Python, no extra: the core tests' environment
-    PluginSpec("vaults/vaults-v0", "agentkit.envs.vaults_env:VaultsEnv",
-               description="Vaults: family rules for the right exit, learnable from skills (families, chambers, exits, moves)"),
-]
-for _spec in _BUILTINS:
-    REGISTRY.register(_spec)
+# max_turns: the longest expert plan measured with the default settings, with margin (play_expert on the
+# first tasks of train and eval): TextWorld simple 12 steps, coin (level 3) 3, treasure 3, cooking 3; ALFWorld
+# (generated; the official games of ALFWORLD_DATA need its own limit, 50) 7; ScienceWorld's gold paths 22-229 (inclined-plane-friction-unnamed-surfaces the longest);
+# Search-QA 5 (4 searches and the answer); WebShop 5; Vaults ends itself after its 6 moves
+_BUILTINS: dict[str, EnvSpec] = {
+    "textworld/simple-v0": EnvSpec(_TW, {"challenge": "tw-simple"}, max_turns=20, **_TEXTWORLD,
+                                   description="TextWorld tw-simple (rewards, goal)"),
+    # level 3: the setting the shipped default policy was trained on (README: the recipe)
+    "textworld/coin-v0": EnvSpec(_TW, {"challenge": "tw-coin_collector", "level": 3}, max_turns=8, **_TEXTWORLD,
+                                 description="TextWorld Coin Collector (level, goal: detailed|brief)"),
+    "textworld/treasure-v0": EnvSpec(_TW, {"challenge": "tw-treasure_hunter"}, max_turns=8, **_TEXTWORLD,
+                                     description="TextWorld Treasure Hunter (level)"),
+    "textworld/cooking-v0": EnvSpec(_TW, {"challenge": "tw-cooking"}, max_turns=8, **_TEXTWORLD,
+                                    description="TextWorld Cooking (recipe, take, go, open, cook, cut, drop)"),
+    "alfworld/alfworld-v0": EnvSpec(
+        "agentkit.envs.alfworld_env:AlfWorldEnv", max_turns=20, splits=("train", "eval_in", "eval_out"),
+        eval_split="eval_in", requires=("textworld", "alfworld", "textworld.envs.pddl"), extra="alfworld",
+        description="ALFWorld household tasks, generated offline (or the official games via ALFWORLD_DATA)"),
+    "scienceworld/scienceworld-v0": EnvSpec(
+        "agentkit.envs.scienceworld_env:ScienceWorldEnv", max_turns=300, splits=("train", "dev", "test"),
+        eval_split="dev", requires=("scienceworld",), programs=("java",), extra="scienceworld",
+        description="ScienceWorld's 30 science tasks (tasks, simplifications; needs Java)"),
+    "search-qa/generated-v0": EnvSpec(
+        "agentkit.envs.search_qa_env:SearchQAEnv", max_turns=8, action_format=SEARCH_ANSWER, **_SEARCH,
+        description="Search-R1-style QA over a generated corpus (retriever bm25s|pyserini|http)"),
+    "webshop/generated-v0": EnvSpec(
+        _WEBSHOP, {"source": "generated"}, max_turns=10, **_SEARCH,
+        description="WebShop shopping over a catalog generated offline (num_products, catalog_seed, retriever bm25s|pyserini)"),
+    "webshop/original-v0": EnvSpec(
+        _WEBSHOP, {"source": "original"}, max_turns=10, splits=("train", "eval", "test"), requires=("bm25s",),
+        extra="search", description="WebShop on the original data files (data_dir or WEBSHOP_DATA; goals human|synthetic)"),
+    # pure Python, no extra: the core tests' environment; it ends itself after `moves` (6) moves
+    "vaults/vaults-v0": EnvSpec(
+        "agentkit.envs.vaults_env:VaultsEnv", max_turns=8, splits=("train", "dev", "test"), eval_split="dev",
+        description="Vaults: family rules for the right exit, learnable from skills (families, chambers, exits, moves)"),
+}
+
+
+def _plugin_spec(id: str, spec: EnvSpec, distribution: str = "agentkit") -> PluginSpec:
+    # the registry's own record; its target is the EnvSpec itself, so looking it up imports nothing
+    return PluginSpec(id, spec, spec.extra, distribution=distribution, defaults=tuple(spec.kwargs.items()),
+                      description=spec.description)
+
+
+for _id, _spec in _BUILTINS.items():
+    REGISTRY.register(_plugin_spec(_id, _spec))
 
 
 def register(
     id: str,
-    entry_point: str | Callable[..., Env],
+    entry_point: str | Callable[..., Env] | EnvSpec,
     *,
-    extra: str | None = None,
-    description: str = "",
-    parses_actions: bool = False,
     overwrite: bool = False,
-    **defaults: Any,
+    action_format: ActionFormat = ACTION_TAG,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    splits: tuple[str, ...] = ("train",),
+    eval_split: str | None = None,
+    description: str = "",
+    requires: tuple[str, ...] = (),
+    programs: tuple[str, ...] = (),
+    extra: str | None = None,
+    **kwargs: Any,
 ) -> None:
-    """Register an environment id.
+    """Register an environment id at run time.
 
     Args:
         id: ``name`` or ``name/Variant-vN``.
-        entry_point: ``"package.module:Factory"`` or the factory itself.
-        extra: the agentkit extra that installs its dependencies, for error messages.
-        description: one line for ``agentkit envs list``.
-        parses_actions: the environment parses the model's whole response itself; the collector
-            then passes it through without the ``<action>`` parser.
+        entry_point: an ``EnvSpec`` (then give none of the other fields), ``"package.module:Factory"``
+            or the factory itself.
         overwrite: replace an existing registration.
-        **defaults: keyword arguments passed to the factory (overridden by ``make``'s).
+        action_format, max_turns, splits, eval_split, description, requires, programs, extra: the
+            ``EnvSpec`` fields.
+        **kwargs: default keyword arguments for the factory (overridden by ``make``'s).
     """
-    REGISTRY.register(
-        PluginSpec(id, entry_point, extra, distribution="(registered at run time)",
-                   defaults=tuple(defaults.items()), description=description,
-                   tags=frozenset({PARSES_ACTIONS} if parses_actions else ())),
-        overwrite=overwrite,
-    )
+    if isinstance(entry_point, EnvSpec):
+        given = {"action_format": action_format is not ACTION_TAG, "max_turns": max_turns != DEFAULT_MAX_TURNS,
+                 "splits": splits != ("train",), "eval_split": eval_split is not None, "description": bool(description),
+                 "requires": bool(requires), "programs": bool(programs), "extra": extra is not None, "kwargs": bool(kwargs)}
+        if any(given.values()):
+            raise ConfigError(f"register({id!r}, EnvSpec(...)) takes its settings from the EnvSpec; also given: "
+                              f"{[name for name, was in given.items() if was]}. Put them in the EnvSpec.")
+        spec = entry_point
+    else:
+        spec = EnvSpec(entry_point, kwargs, max_turns=max_turns, splits=splits, eval_split=eval_split,
+                       action_format=action_format, description=description, requires=requires, programs=programs,
+                       extra=extra)
+    REGISTRY.register(_plugin_spec(id, spec, "(registered at run time)"), overwrite=overwrite)
 
 
 @dataclass(frozen=True)
@@ -103,20 +216,9 @@ class EnvStatus:
     distribution: str
 
 
-def parses_own_actions(id: str) -> bool:
-    """True for environments that read the model's whole response themselves (tool-use formats
-    like Search-R1's ``<search>``/``<answer>``) instead of an ``<action>`` tag. Registered with
-    ``register(..., parses_actions=True)``, or a factory attribute ``parses_actions = True``."""
-    spec = lookup(id)
-    if PARSES_ACTIONS in spec.tags:
-        return True
-    _, factory = REGISTRY.load(id)
-    return getattr(factory, "parses_actions", False) is True
-
-
 def lookup(id: str) -> PluginSpec:
-    """The registration of ``id``; an unknown id gets "did you mean" and, for a family an extra
-    provides, the install command."""
+    """The registry's record of ``id``; an unknown id gets "did you mean" and, for a family an
+    extra provides, the install command."""
     try:
         return REGISTRY.spec(id)
     except UnknownNameError as err:
@@ -128,11 +230,44 @@ def lookup(id: str) -> PluginSpec:
         raise
 
 
+def env_info(id: str) -> EnvInfo:
+    """What ``id`` is: its factory, default settings, turn limit, splits, action format, description.
+
+    Builds nothing: a built-in imports no module; an entry-point plugin or a ``package.module:attr``
+    id imports the module that defines it. A plugin that resolves to neither an ``EnvSpec`` nor a
+    callable is a ``PluginError``.
+    """
+    record = lookup(id)
+    _, target = REGISTRY.load(id)
+    if isinstance(target, EnvSpec):
+        spec = target
+    elif callable(target):
+        spec = EnvSpec(target)
+    else:
+        raise PluginError(
+            f"Environment {id!r} (from {record.distribution!r}, entry-point group {REGISTRY.group!r}) resolved to "
+            f"{target!r}; expected an agentkit.envs.EnvSpec, an environment class or a callable returning an environment."
+        )
+    values = {f.name: getattr(spec, f.name) for f in fields(EnvSpec)}
+    return EnvInfo(**values, id=id, distribution=record.distribution)
+
+
+def _factory(info: EnvInfo) -> Callable[..., Env]:
+    if not isinstance(info.factory, str):
+        return info.factory
+    factory = import_target(info.factory, group=REGISTRY.group, name=info.id, extra=info.extra,
+                            distribution=info.distribution)
+    if not callable(factory):
+        raise EnvError(f"Environment {info.id!r} (from {info.distribution!r}): {info.factory} is {factory!r}, "
+                       "which is not callable.")
+    return factory
+
+
 def make(
     id: str,
     *,
     max_turns: int | None = None,
-    action_parser: ActionParser | None = None,
+    action_parser: ActionParser | Literal["format"] | None = None,
     clean: bool = True,
     **kwargs: Any,
 ) -> Env:
@@ -141,16 +276,16 @@ def make(
     Args:
         id: a registered id (``agentkit envs list``) or ``package.module:Factory``.
         max_turns: truncate episodes after this many steps (``TurnLimit``).
-        action_parser: parse model text into actions (``ParseAction``); None passes actions
-            through unchanged.
+        action_parser: how model text becomes an action (``ParseAction``): ``"format"`` for the
+            parser of the environment's action format (what a policy's responses need; nothing
+            when the environment reads whole responses itself), an ``ActionParser``, or None to
+            pass actions through unchanged (experts, checkers and scripts that send bare commands).
         clean: strip prompt characters and padding from observations (``CleanObservation``).
         **kwargs: passed to the environment's factory, over its registered defaults.
     """
-    lookup(id)
-    spec, factory = REGISTRY.load(id)
-    if not callable(factory):
-        raise EnvError(f"Environment {id!r} (from {spec.distribution!r}) resolved to {factory!r}, which is not callable.")
-    params = {**dict(spec.defaults), **kwargs}
+    info = env_info(id)
+    factory = _factory(info)
+    params = {**info.kwargs, **kwargs}
     if "split" in params and not _accepts(factory, "split"):
         # environments without splits play their one task set; asking for another is an error
         if params.pop("split") not in (None, "train"):
@@ -162,21 +297,25 @@ def make(
     except MissingDependencyError:
         raise
     except ImportError as err:
-        if spec.extra:
+        if info.extra:
             raise MissingDependencyError(
                 f"Environment {id!r} needs {getattr(err, 'name', None) or err}. "
-                f"Install it with: pip install 'agentkit[{spec.extra}]'"
+                f"Install it with: pip install 'agentkit[{info.extra}]'"
             ) from err
         raise
     for method in ("reset", "step", "close"):
         if not callable(getattr(env, method, None)):
             raise EnvError(
-                f"Environment {id!r} (from {spec.distribution!r}) built {type(env).__name__}, which has no "
+                f"Environment {id!r} (from {info.distribution!r}) built {type(env).__name__}, which has no "
                 f"{method}() method; an environment needs reset(), step() and close()."
             )
     if clean:
         env = CleanObservation(env)
-    if action_parser is not None:
+    if action_parser == "format":
+        fmt = info.action_format
+        if fmt.parser is not None:
+            env = ParseAction(env, fmt.parser, fmt.invalid_feedback)
+    elif action_parser is not None:
         env = ParseAction(env, action_parser)
     if max_turns is not None:
         env = TurnLimit(env, max_turns)
@@ -191,17 +330,40 @@ def _accepts(factory: Callable[..., Any], name: str) -> bool:
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
+@functools.cache
+def _import_problem(module: str) -> str | None:
+    """Why ``module`` does not import here, or None when it does (once per process)."""
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # any failure at import (not only ImportError) means it cannot be used
+        return f"{module} ({type(err).__name__}: {err})"
+    return None
+
+
+def missing_requirements(info: EnvInfo) -> list[str]:
+    """The declared modules that do not import and the programs not on PATH."""
+    missing = [problem for module in info.requires if (problem := _import_problem(module))]
+    return missing + [f"{program} (not on PATH)" for program in info.programs if shutil.which(program) is None]
+
+
 def status() -> list[EnvStatus]:
-    """Every known environment and whether it can be built here (imports its module)."""
+    """Every known environment and whether it can be built here: its module (a plugin's, or the
+    factory's) imports, and so does every module it requires, and its programs are on PATH."""
     rows = []
-    for spec in REGISTRY.specs():
+    for record in REGISTRY.specs():
         try:
-            REGISTRY.load(spec.name)
-        except MissingDependencyError:
-            rows.append(EnvStatus(spec.name, False, f"missing: pip install 'agentkit[{spec.extra}]'", spec.distribution))
+            info = env_info(record.name)
+            _factory(info)
+        except MissingDependencyError as err:  # its message names the package and the install command
+            rows.append(EnvStatus(record.name, False, f"missing: {err}", record.distribution))
             continue
         except AgentkitError as err:
-            rows.append(EnvStatus(spec.name, False, f"broken: {err}", spec.distribution))
+            rows.append(EnvStatus(record.name, False, f"broken: {err}", record.distribution))
             continue
-        rows.append(EnvStatus(spec.name, True, spec.description, spec.distribution))
+        missing = missing_requirements(info)
+        if missing:
+            hint = f"; pip install 'agentkit[{info.extra}]'" if info.extra else ""
+            rows.append(EnvStatus(record.name, False, f"missing: {', '.join(missing)}{hint}", info.distribution))
+            continue
+        rows.append(EnvStatus(record.name, True, info.description, info.distribution))
     return rows

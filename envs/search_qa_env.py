@@ -1,7 +1,8 @@
 """Search-QA in the Search-R1 format: search a corpus with ``<search>``, finish with ``<answer>``.
 
 Each ``reset(seed=s)`` asks question ``s`` of the split. The model's whole response is the action:
-this environment parses its own tags (make it with ``action_parser=None``). The *last complete*
+this environment parses its own tags (its registered action format, ``agentkit.envs.SEARCH_ANSWER``,
+has no parser, asks for these tags and stops generation after them). The *last complete*
 ``<search>query</search>`` or ``<answer>text</answer>`` in the response counts (models restate
 earlier attempts; a tag opened inside another of its kind is read from the innermost opening):
 
@@ -203,8 +204,6 @@ class SearchQAEnv:
         retriever_options: extra keyword arguments for the backend (``timeout_s``, ``retries``,
             ``index_dir``, ``java_home``...).
     """
-
-    parses_actions = True  # reads the model's whole response: build it without the <action> parser
 
     def __init__(self, split: str = "train", retriever: str = "bm25s", retriever_url: str | None = None,
                  corpus: str | os.PathLike | None = None, qa: str | os.PathLike | None = None,

@@ -139,12 +139,14 @@ class ParseAction(Wrapper):
 
     Unparseable text never reaches the environment and never raises: the turn is an invalid
     action (``action_valid=False``, reward 0) and the observation tells the model the format.
-    ``info['action']`` holds the parsed action (None when unparseable).
+    ``info['action']`` holds the parsed action (None when unparseable). ``feedback`` is that
+    observation (the environment's action format says it).
     """
 
-    def __init__(self, env: Env, parser: ActionParser | None = None) -> None:
+    def __init__(self, env: Env, parser: ActionParser | None = None, feedback: str = INVALID_FORMAT_FEEDBACK) -> None:
         super().__init__(env)
         self.parser = parser or ActionParser()
+        self.feedback = feedback
         self._last_info: dict[str, Any] = {}
 
     def reset(self, *, seed=None, options=None):
@@ -156,7 +158,7 @@ class ParseAction(Wrapper):
         parsed = self.parser.parse(action)
         if parsed is None:
             info = {**self._last_info, "action_valid": False, "action": None}
-            return INVALID_FORMAT_FEEDBACK, 0.0, False, False, info
+            return self.feedback, 0.0, False, False, info
         obs, reward, terminated, truncated, info = self.env.step(parsed)
         self._last_info = dict(info)
         return obs, reward, terminated, truncated, {**info, "action": parsed}

@@ -22,7 +22,9 @@ class SamplingParams:
         top_p: nucleus sampling mass (1 = off).
         top_k: keep the k most likely tokens (0 = off).
         max_new_tokens: the most tokens one response may have.
-        stop: strings that end a response (the token that completes one is kept).
+        stop: strings that end a response (the token that completes one is kept). None: the
+            environment's action format decides (the collector fills in ``env_info(id).action_format.stop``);
+            a backend given None stops only at the end-of-turn token, as with ``()``.
         seed: seeds the backend's sampler.
     """
 
@@ -30,7 +32,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 48
-    stop: tuple[str, ...] = ("</action>",)
+    stop: tuple[str, ...] | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -43,9 +45,14 @@ class SamplingParams:
         if self.max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be positive, got {self.max_new_tokens}")
 
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        """The stop strings a backend applies (none when ``stop`` is None)."""
+        return tuple(s for s in self.stop or () if s)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["stop"] = list(self.stop)
+        d["stop"] = None if self.stop is None else list(self.stop)
         return d
 
 

@@ -17,6 +17,7 @@ broken, not unlucky: the run stops with an ``EnvError`` rather than write nothin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections import deque
@@ -24,9 +25,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentkit.envs.formats import ActionFormat
 from agentkit.envs.protocol import Env
+from agentkit.envs.registry import env_info
 from agentkit.rollout.backend import GenerationBackend, SamplingParams
-from agentkit.rollout.context import DEFAULT_SYSTEM_PROMPT, ChatContext, WindowContext, format_observation
+from agentkit.rollout.context import EpisodeContext, format_observation, make_context
 from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 
 from agentkit.core.errors import ConfigError, EnvError
@@ -121,9 +124,8 @@ class _Episode:
     privileged: str | None = None
     skills: list[str] = field(default_factory=list)
     skill_text: str | None = None  # shown to the policy (skill-conditioned policies only)
-    context: list[int] = field(default_factory=list)  # chat mode: every token so far
+    context: EpisodeContext | None = None  # the prompt so far (the context builder's state)
     new_context: list[int] = field(default_factory=list)  # this turn's new context tokens
-    history: list[tuple[str, str]] = field(default_factory=list)  # window mode
     turns: list[Turn] = field(default_factory=list)
     pending_turn: dict[str, Any] | None = None  # the generation awaiting its env step
 
@@ -135,13 +137,15 @@ class Collector:
         backend: the generation backend (its tokenizer formats prompts).
         envs: an ``EnvRunner`` (e.g. ``WorkerPool``), or a callable building one environment
             (already wrapped with the action parser and turn limit), stepped in this process.
-        env_id: recorded in trajectories.
+        env_id: recorded in trajectories; its action format (``env_info(env_id)``) gives the
+            system prompt and the stop strings unless ``action_format`` is given.
         split: recorded in trajectories.
-        sampling: sampling settings.
-        context: "chat" or "window".
+        sampling: sampling settings; ``stop=None`` (the default) means the action format's stop strings.
+        context: "chat" or "window" (``make_context``).
         window: turns of history in window mode.
         show_admissible: list the admissible actions in each observation.
-        system_prompt: the system message.
+        system_prompt: the system message; None: the action format's instruction.
+        action_format: the environment's action format; None: ``env_info(env_id).action_format``.
         skills: picks each episode's skills after reset: ``skills(spec, task, info) -> (ids, text)``
             (``agentkit.skillbank.SkillSelector``); ids are recorded, ``text`` (None = teacher-only)
             is put before the first observation.
@@ -167,50 +171,43 @@ class Collector:
         context: ContextMode = "chat",
         window: int = 3,
         show_admissible: bool = True,
-        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        system_prompt: str | None = None,
+        action_format: ActionFormat | None = None,
         skills: Callable[[EpisodeSpec, str, dict[str, Any]], tuple[list[str], str | None]] | None = None,
         max_in_flight: int = 0,
         batch_wait_s: float | None = None,
         max_consecutive_errors: int = 10,
         consecutive_errors: int = 0,
     ) -> None:
-        if context not in ("chat", "window"):
-            raise ValueError(f"context must be 'chat' or 'window', got {context!r}")
         if max_consecutive_errors < 0:
             raise ConfigError(f"max_consecutive_errors must be >= 0 (0 = no limit), got {max_consecutive_errors}.")
         self.backend = backend
         self.envs: EnvRunner = envs if hasattr(envs, "submit") else InProcessEnvs(envs)
         self.env_id = env_id
         self.split = split
-        self.sampling = sampling or SamplingParams()
-        self.context_mode = context
+        fmt = action_format or env_info(env_id).action_format
+        self.action_format = fmt
+        sampling = sampling or SamplingParams()
+        self.sampling = sampling if sampling.stop is not None else dataclasses.replace(sampling, stop=fmt.stop)
         self.show_admissible = show_admissible
         self.skills = skills
         self.max_in_flight = max_in_flight
         self.batch_wait_s = batch_wait_s
         self.max_consecutive_errors = max_consecutive_errors
         self.consecutive_errors = consecutive_errors
-        tokenizer = backend.tokenizer
-        self.chat = ChatContext(tokenizer, system_prompt) if context == "chat" else None
-        self.window = WindowContext(tokenizer, system_prompt, window) if context == "window" else None
+        self.context = make_context(context, backend.tokenizer, fmt.instruction if system_prompt is None else system_prompt,
+                                    window)
+        self.context_mode = self.context.mode
 
     # -- prompts and records -----------------------------------------------------------------
     def _prepare_prompt(self, ep: _Episode, *, first: bool) -> None:
         user_text = format_observation(ep.observation, ep.info, show_admissible=self.show_admissible, first=first)
-        if ep.skill_text and (first or self.window is not None):
-            user_text = f"{ep.skill_text}\n\n{user_text}"
-        if self.chat is not None:
-            if first:
-                ep.new_context = self.chat.first(user_text)
-            else:
-                ep.context.extend(ep.turns[-1].response_ids)
-                ep.new_context = self.chat.next(ep.turns[-1].response_ids, user_text)
-            ep.context.extend(ep.new_context)
-        else:
-            ep.new_context = self.window.prompt(ep.task, ep.history, user_text, len(ep.turns))
+        if first:
+            ep.context = self.context.start(ep.task, ep.skill_text)
+        ep.new_context = self.context.next_turn(ep.context, user_text)
 
     def _prompt(self, ep: _Episode) -> list[int]:
-        return ep.context if self.chat is not None else ep.new_context
+        return ep.context.prompt
 
     def _trajectory(self, ep: _Episode, *, terminated: bool, truncated: bool, error: str | None) -> Trajectory:
         spec, info = ep.spec, ep.info
@@ -306,7 +303,8 @@ class Collector:
                 action_valid=bool(info.get("action_valid", False)), reward=float(reward), feedback=obs,
                 env_s=result.elapsed_s, error=result.error, expert_action=_expert_action(ep.info), **turn,
             ))
-            ep.history.append((ep.observation, info.get("action") or turn["response_text"].strip()))
+            self.context.end_turn(ep.context, ep.observation, info.get("action") or turn["response_text"].strip(),
+                                  turn["response_ids"])
             ep.info = info
             if terminated or truncated:
                 finish(ep, terminated=terminated, truncated=truncated, error=result.error)

@@ -8,21 +8,24 @@ concatenation of all turns' ``context_ids + response_ids`` is exactly what the m
 ``window``: every turn is a fresh prompt holding the task, the last k (observation, action)
 pairs and the current observation (verl-agent's "memory" prompt). Cheaper for long episodes.
 
-The chat deltas are derived from the tokenizer's own chat template (rendered once with
-placeholders), so any template that renders a conversation by appending messages works.
+Both are a ``ContextBuilder`` (``make_context(mode, ...)`` picks one), so the collector and the
+demonstrations assemble turns the same way without asking which mode they are in. The chat
+deltas are derived from the tokenizer's own chat template (rendered once with placeholders), so
+any template that renders a conversation by appending messages works.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
-from agentkit.core.errors import ModelError
+from agentkit.envs.formats import ACTION_TAG
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are an agent in a text environment. Read the observation, then answer with exactly one "
-    "command inside <action></action> tags, for example <action>go north</action>."
-)
+from agentkit.core.errors import ConfigError, ModelError
+from agentkit.core.trajectory import ContextMode
+
+DEFAULT_SYSTEM_PROMPT = ACTION_TAG.instruction  # the <action> format's instruction; each env's is env_info(id).action_format
 
 _ASSISTANT_MARK = "\u2063ASSISTANT\u2063"
 _USER_MARK = "\u2063USER\u2063"
@@ -37,8 +40,60 @@ def encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+@dataclass
+class EpisodeContext:
+    """One episode's context so far (``ContextBuilder.start`` makes it).
+
+    Attributes:
+        task: the goal text (window prompts repeat it).
+        prefix: text put before the observation of the first turn (chat) or of every turn
+            (window), e.g. the skills a skill-conditioned policy sees; None for none.
+        turns: turns played so far.
+        tokens: chat mode: every token of the conversation so far.
+        history: window mode: the (observation, action) of every turn so far.
+        last_response: the previous turn's sampled ids.
+        prompt: what the model is prompted with this turn (after ``next_turn``).
+    """
+
+    task: str
+    prefix: str | None = None
+    turns: int = 0
+    tokens: list[int] = field(default_factory=list)
+    history: list[tuple[str, str]] = field(default_factory=list)
+    last_response: list[int] = field(default_factory=list)
+    prompt: list[int] = field(default_factory=list)
+
+
+@runtime_checkable
+class ContextBuilder(Protocol):
+    """Assembles each turn's prompt for one context mode.
+
+    Attributes:
+        mode: the ``context_mode`` trajectories record.
+        system_prompt: the system message of every prompt.
+    """
+
+    mode: ContextMode
+    system_prompt: str
+
+    def start(self, task: str, prefix: str | None = None) -> EpisodeContext:
+        """A new episode's state."""
+        ...
+
+    def next_turn(self, state: EpisodeContext, user_text: str) -> list[int]:
+        """Add this turn's user message; return the turn's new context ids (``Turn.context_ids``)
+        and set ``state.prompt`` to the ids the model is prompted with."""
+        ...
+
+    def end_turn(self, state: EpisodeContext, observation: str, action: str, response_ids: Sequence[int]) -> None:
+        """Record the answer to the turn: the response ids sampled, and the action it made."""
+        ...
+
+
 class ChatContext:
     """Builds each turn's new context tokens for a growing conversation."""
+
+    mode: ContextMode = "chat"
 
     def __init__(self, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> None:
         self.tokenizer = tokenizer
@@ -73,9 +128,28 @@ class ChatContext:
             ids = ids[1:]
         return ids
 
+    def start(self, task: str, prefix: str | None = None) -> EpisodeContext:
+        return EpisodeContext(task, prefix)
+
+    def next_turn(self, state: EpisodeContext, user_text: str) -> list[int]:
+        if state.turns == 0:
+            ids = self.first(f"{state.prefix}\n\n{user_text}" if state.prefix else user_text)
+        else:
+            ids = self.next(state.last_response, user_text)
+        state.tokens.extend(ids)
+        state.prompt = state.tokens
+        return ids
+
+    def end_turn(self, state: EpisodeContext, observation: str, action: str, response_ids: Sequence[int]) -> None:
+        state.tokens.extend(response_ids)
+        state.last_response = list(response_ids)
+        state.turns += 1
+
 
 class WindowContext:
     """Builds a fresh prompt each turn from the task, the last ``window`` turns and the observation."""
+
+    mode: ContextMode = "window"
 
     def __init__(self, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM_PROMPT, window: int = 3) -> None:
         if window < 0:
@@ -96,6 +170,33 @@ class WindowContext:
         parts.append(f"Current observation (step {step + 1}):\n{observation}")
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": "\n\n".join(parts)}]
         return encode(self.tokenizer, _render(self.tokenizer, messages, True))
+
+    def start(self, task: str, prefix: str | None = None) -> EpisodeContext:
+        return EpisodeContext(task, prefix)
+
+    def next_turn(self, state: EpisodeContext, user_text: str) -> list[int]:
+        # every prompt stands alone, so the prefix comes with every turn
+        text = f"{state.prefix}\n\n{user_text}" if state.prefix else user_text
+        state.prompt = self.prompt(state.task, state.history, text, state.turns)
+        return state.prompt
+
+    def end_turn(self, state: EpisodeContext, observation: str, action: str, response_ids: Sequence[int]) -> None:
+        state.history.append((observation, action))
+        state.last_response = list(response_ids)
+        state.turns += 1
+
+
+CONTEXT_MODES: tuple[ContextMode, ...] = ("chat", "window")
+
+
+def make_context(mode: ContextMode, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+                 window: int = 3) -> ContextBuilder:
+    """The builder of one context mode: ``chat`` or ``window`` (``window`` turns of history)."""
+    if mode == "chat":
+        return ChatContext(tokenizer, system_prompt)
+    if mode == "window":
+        return WindowContext(tokenizer, system_prompt, window)
+    raise ConfigError(f"context mode must be one of {list(CONTEXT_MODES)}, got {mode!r}.")
 
 
 def format_observation(observation: str, info: dict[str, Any], *, show_admissible: bool, first: bool) -> str:

@@ -188,7 +188,7 @@ class HFBackend:
         logprobs_out: list[list[float]] = [[] for _ in range(batch)]
         finish = ["length"] * batch
         active = [True] * batch
-        stop_strings = tuple(s for s in params.stop if s)
+        stop_strings = params.stop_strings
         tail_tokens = max((len(s) for s in stop_strings), default=0) + 2
         step_ids, step_pos = input_ids, positions
         # one uniform per row and step, each row from its own generator

@@ -425,7 +425,7 @@ class OpenAIBackend:
 
     def _complete_once(self, prompt: Sequence[int], params: SamplingParams, seed: int | None) -> Generation:
         kwargs = dict(model=self.model, max_tokens=params.max_new_tokens, temperature=params.temperature,
-                      top_p=params.top_p, stop=list(params.stop) or None, seed=seed)
+                      top_p=params.top_p, stop=list(params.stop_strings) or None, seed=seed)
         if self.api == "completions":
             body = self._body(params) | {"return_tokens_as_token_ids": True}
             response = self.client.completions.create(prompt=list(prompt), logprobs=1, extra_body=body, **kwargs)
@@ -461,7 +461,7 @@ class OpenAIBackend:
         exact = ids is not None
         if ids is None:  # the server gave text only: tokenize it here
             ids = self.tokenizer.encode(text, add_special_tokens=False)
-            if choice.finish_reason == "stop" and not any(text.endswith(s) for s in params.stop if s):
+            if choice.finish_reason == "stop" and not any(text.endswith(s) for s in params.stop_strings):
                 ids.append(self._im_end)
         ids = [int(i) for i in ids]
         have_logprobs = len(logprobs) == len(ids) and all(x is not None for x in logprobs)

@@ -141,7 +141,7 @@ class VLLMBackend:
     def _params(self, params: SamplingParams, seed: int | None, **extra: Any):
         return self._vllm.SamplingParams(
             temperature=params.temperature, top_p=params.top_p, top_k=params.top_k if params.top_k > 0 else 0,
-            max_tokens=params.max_new_tokens, stop=list(params.stop), include_stop_str_in_output=True,
+            max_tokens=params.max_new_tokens, stop=list(params.stop_strings), include_stop_str_in_output=True,
             seed=seed, logprobs=0, skip_special_tokens=False, **extra)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,

@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
+
 import pytest
-from agentkit.envs import REGISTRY, ActionParser, check_env, clean_text, make, register
+from agentkit.envs import (
+    ACTION_TAG,
+    REGISTRY,
+    ActionFormat,
+    ActionParser,
+    EnvSpec,
+    check_env,
+    clean_text,
+    env_info,
+    make,
+    play_expert,
+    register,
+    status,
+)
 from agentkit.envs.wrappers import INVALID_FORMAT_FEEDBACK
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentkit.core.errors import ConfigError, EnvError, UnknownNameError
+from agentkit.core.errors import ConfigError, EnvError, PluginError, UnknownNameError
 
-textworld = pytest.importorskip("textworld", reason="needs the textworld extra")
-
+needs_textworld = pytest.mark.skipif(importlib.util.find_spec("textworld") is None,
+                                     reason="needs the textworld extra: pip install 'agentkit[textworld]'")
 TEXTWORLD_IDS = [n for n in REGISTRY.names() if n.startswith("textworld/")]
+BUILTIN_IDS = [spec.name for spec in REGISTRY.specs() if spec.distribution == "agentkit"]
 
 
 def test_unknown_id_did_you_mean_and_extra():
@@ -23,6 +41,7 @@ def test_unknown_id_did_you_mean_and_extra():
     assert "pip install" not in str(info.value)
 
 
+@needs_textworld
 @pytest.mark.parametrize("env_id", TEXTWORLD_IDS)
 def test_check_env_and_expert_plan_wins(env_id):
     env = make(env_id, split="train")
@@ -43,6 +62,7 @@ def test_check_env_and_expert_plan_wins(env_id):
         env.close()
 
 
+@needs_textworld
 def test_invalid_commands_are_flagged_not_raised():
     env = make("textworld/coin-v0")
     try:
@@ -54,6 +74,7 @@ def test_invalid_commands_are_flagged_not_raised():
         env.close()
 
 
+@needs_textworld
 def test_seeds_are_deterministic_and_splits_disjoint():
     train, evals = make("textworld/simple-v0", split="train"), make("textworld/simple-v0", split="eval")
     try:
@@ -69,6 +90,7 @@ def test_seeds_are_deterministic_and_splits_disjoint():
         evals.close()
 
 
+@needs_textworld
 def test_coin_collector_brief_goal_hides_the_route_not_the_plan():
     detailed, brief = make("textworld/coin-v0", level=3), make("textworld/coin-v0", level=3, goal="brief")
     try:
@@ -98,6 +120,7 @@ def test_bad_settings_are_clear():
         make("textworld/coin-v0", split="test")
 
 
+@needs_textworld
 def test_turn_limit_and_action_parsing_wrappers():
     env = make("textworld/coin-v0", max_turns=3, action_parser=ActionParser())
     try:
@@ -114,6 +137,7 @@ def test_turn_limit_and_action_parsing_wrappers():
         env.close()
 
 
+@needs_textworld
 def test_registered_factory_callable_and_kwargs():
     register("test/coin-small-v0", "agentkit.envs.textworld_env:TextWorldEnv", challenge="tw-coin_collector", level=1,
              overwrite=True)
@@ -181,18 +205,146 @@ def _buildable(env_id: str):
 
 @pytest.mark.parametrize("env_id", REGISTRY.names())
 def test_every_registered_environment_passes_check_env_and_its_expert_wins(env_id):
-    """Gymnasium's habit: one test walks every registered environment through the checker."""
-    from agentkit.envs import play_expert
-
+    """Gymnasium's habit: one test walks every registered environment through the checker; the
+    expert then wins 2 tasks within the environment's registered turn limit."""
     if env_id.startswith("scienceworld/"):
         import shutil
 
         if shutil.which("java") is None:
             pytest.skip("scienceworld needs Java (apt-get install -y openjdk-17-jre-headless)")
     env = _buildable(env_id)
+    max_turns = env_info(env_id).max_turns  # the registered turn limit must fit the expert's plans
     try:
         check_env(env, seed=0)
-        won, steps = play_expert(env, seed=1)
-        assert won, f"{env_id}: the expert plan lost on task 1 after {steps} steps"
+        for seed in (0, 1):
+            won, steps = play_expert(env, seed=seed, max_steps=max_turns)
+            assert won, f"{env_id}: the expert lost task {seed} after {steps} steps (registered max_turns {max_turns})"
     finally:
         env.close()
+
+
+# -- registrations carry the environment's defaults ----------------------------------------------
+def test_env_info_of_every_builtin_imports_nothing():
+    """Commands fill their defaults from env_info: it must not build the environment or import its
+    adapter (which may need a missing extra)."""
+    code = (
+        "import sys\n"
+        "from agentkit.envs import REGISTRY, env_info\n"
+        "infos = [env_info(s.name) for s in REGISTRY.specs() if s.distribution == 'agentkit']\n"
+        "print(len(infos), sorted(m for m in sys.modules if m.endswith('_env') or m in "
+        "('textworld', 'alfworld', 'scienceworld', 'bm25s')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 1)
+    assert int(out[0]) == len(BUILTIN_IDS) >= 10 and out[1].strip() == "[]"
+
+
+@pytest.mark.parametrize("env_id", BUILTIN_IDS)
+def test_builtin_env_info_is_complete(env_id):
+    info = env_info(env_id)
+    assert info.id == env_id and info.distribution == "agentkit" and info.description
+    assert info.max_turns > 0 and "train" in info.splits and info.eval_split in info.splits
+    assert isinstance(info.action_format, ActionFormat) and info.action_format.instruction
+    assert info.kwargs == dict(REGISTRY.spec(env_id).defaults)
+    info.kwargs["level"] = 99  # a copy: the registration is unchanged
+    assert "level" not in env_info(env_id).kwargs or env_info(env_id).kwargs["level"] != 99
+
+
+def test_make_with_the_format_parser(monkeypatch):
+    monkeypatch.setattr(REGISTRY, "_specs", dict(REGISTRY._specs))
+    tagged = ActionFormat("Answer [like this].", stop=("]",), parser=ActionParser(pattern=r"\[(.*?)\]"),
+                          template="[{action}]", invalid_feedback="Use [brackets].")
+    register("test/vaults-brackets-v0", EnvSpec("agentkit.envs.vaults_env:VaultsEnv", action_format=tagged))
+    env = make("test/vaults-brackets-v0", action_parser="format")
+    try:
+        _, info = env.reset(seed=0)
+        plan = info["expert_plan"]
+        obs, _, _, _, info = env.step("go north")
+        assert obs == "Use [brackets]." and not info["action_valid"]
+        _, _, _, _, info = env.step(f"I pick {tagged.render(plan[0])}")
+        assert info["action"] == plan[0] and info["action_valid"]
+    finally:
+        env.close()
+    raw = make("vaults/vaults-v0")  # no parser unless asked: experts and checkers send bare commands
+    try:
+        _, info = raw.reset(seed=0)
+        assert raw.step(info["expert_plan"][0])[4]["action_valid"]
+    finally:
+        raw.close()
+    assert ACTION_TAG.render("go north") == "<action>go north</action>"
+    assert ACTION_TAG.parser.parse(ACTION_TAG.render("go north")) == "go north"
+
+
+def test_register_and_specs_are_checked(monkeypatch):
+    monkeypatch.setattr(REGISTRY, "_specs", dict(REGISTRY._specs))
+    with pytest.raises(ConfigError, match=r"takes its settings from the EnvSpec; also given: \['max_turns'\]"):
+        register("test/x-v0", EnvSpec("agentkit.envs.vaults_env:VaultsEnv"), max_turns=3)
+    with pytest.raises(ConfigError, match="eval_split 'dev' is not one of its splits"):
+        EnvSpec("agentkit.envs.vaults_env:VaultsEnv", eval_split="dev")
+    with pytest.raises(ConfigError, match="must contain '{action}'"):
+        ActionFormat("Answer.", template="<action></action>")
+    register("test/plain-v0", "agentkit.envs.vaults_env:VaultsEnv", level=2)
+    info = env_info("test/plain-v0")
+    assert (info.kwargs, info.max_turns, info.splits, info.eval_split, info.action_format) == (
+        {"level": 2}, 20, ("train",), "train", ACTION_TAG)
+    with pytest.raises(PluginError, match=r"resolved to '\{action\}'; expected an agentkit.envs.EnvSpec"):
+        env_info("agentkit.envs.formats:ACTION_PLACEHOLDER")  # a string, not an environment
+
+
+def test_status_says_unavailable_when_a_required_module_does_not_import(monkeypatch):
+    monkeypatch.setattr(REGISTRY, "_specs", dict(REGISTRY._specs))
+    register("test/needs-missing-v0", "agentkit.envs.vaults_env:VaultsEnv", requires=("agentkit_no_such_module",),
+             extra="textworld", description="needs a module that is not installed")
+    rows = {row.id: row for row in status()}
+    row = rows["test/needs-missing-v0"]
+    assert not row.available
+    assert "agentkit_no_such_module (ModuleNotFoundError" in row.detail and "pip install 'agentkit[textworld]'" in row.detail
+    assert rows["vaults/vaults-v0"].available and rows["vaults/vaults-v0"].detail == env_info("vaults/vaults-v0").description
+
+
+_PLUGIN_CHECK = """
+import json, sys
+from agentkit.envs import ACTION_TAG, env_info, make, status
+from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
+from agentkit.rollout.hf_backend import HFBackend
+
+info, bare = env_info("demo/lock-brackets-v0"), env_info("demo/lock-v0")
+env = make("demo/lock-brackets-v0", action_parser="format")
+_, start = env.reset(seed=0)
+move = start["expert_plan"][0]
+bad = env.step(move)
+good = env.step(info.action_format.render(move))
+env.close()
+trajectories = []
+backend = HFBackend(sys.argv[1], seed=0)
+Collector(backend, lambda: make("demo/lock-brackets-v0", action_parser="format", max_turns=1), env_id="demo/lock-brackets-v0",
+          sampling=SamplingParams(max_new_tokens=6)).run([EpisodeSpec(0)], trajectories.append)
+print(json.dumps({
+    "spec": [info.max_turns, list(info.splits), info.eval_split, info.distribution, info.kwargs],
+    "bare": [bare.max_turns, list(bare.splits), bare.action_format == ACTION_TAG],
+    "bad": [bad[0], bad[4]["action_valid"]], "good": [good[4]["action"], good[4]["action_valid"]],
+    "prompt": backend.tokenizer.decode(trajectories[0].turns[0].context_ids), "stop": trajectories[0].sampling["stop"],
+    "listed": {row.id: row.detail for row in status() if row.id.startswith("demo/")},
+}))
+"""
+
+
+def test_a_plugin_declares_its_own_action_format(plugin_site, tiny_model_dir):
+    """The demo distribution registers demo/lock-brackets-v0 as an EnvSpec (answers in [brackets]) by
+    entry point: its instruction is the system prompt, its stop string ends generation, its parser
+    reads the answers; demo/lock-v0, a bare class, gets the defaults."""
+    import json
+    import os
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(plugin_site), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", _PLUGIN_CHECK, str(tiny_model_dir)], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["spec"] == [6, ["train", "eval"], "eval", "agentkit-plugin-demo", {"length": 3}]
+    assert got["bare"] == [20, ["train"], True]
+    assert got["bad"] == ["Write one command in square brackets, for example [turn red].", False]
+    assert got["good"][1] and got["good"][0].startswith("turn ")
+    assert "You open combination locks. Answer with one command in square brackets" in got["prompt"]
+    assert "<action>" not in got["prompt"] and got["stop"] == ["]"]
+    assert got["listed"] == {"demo/lock-brackets-v0": "A combination lock; answers in [brackets] (length)",
+                             "demo/lock-v0": ""}

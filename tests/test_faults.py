@@ -9,6 +9,7 @@ tiny model in a few steps (a learning rate of 1e30 saturates it to a zero gradie
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from agentkit.envs import make
+from agentkit.envs import ACTION_TAG, EnvSpec, make
 
 from agentkit.core.errors import ConfigError, EnvError
 from agentkit.core.faults import VARIABLE, fault_active
@@ -31,8 +32,6 @@ class FlakyEnv:
     """One-turn tasks: any answer ends the episode, rewarded by its length (so a group's returns
     differ and GRPO has a gradient). ``fail``: "none"; "all" or "odd" (the step raises on
     every task, or on odd task seeds); "die" (the step kills its process)."""
-
-    parses_actions = True  # the step sees the model's whole text: no <action> tag needed
 
     def __init__(self, fail: str = "none", split: str = "train") -> None:
         self.fail, self.split, self.seed = fail, split, None
@@ -53,7 +52,9 @@ class FlakyEnv:
         pass
 
 
-ENV_ID = f"{FlakyEnv.__module__}:FlakyEnv"  # the import-path form of an environment id
+# the step sees the model's whole text: the <action> format's prompt and stop string, but no parser
+FLAKY_SPEC = EnvSpec(FlakyEnv, action_format=dataclasses.replace(ACTION_TAG, parser=None))
+ENV_ID = f"{FlakyEnv.__module__}:FLAKY_SPEC"  # the import-path form of an environment id
 
 
 # -- the hook ---------------------------------------------------------------------------------

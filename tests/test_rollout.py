@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
-from agentkit.envs import ActionParser, make
+from agentkit.envs import ACTION_TAG, ActionFormat, ActionParser, make
 from agentkit.rollout import ChatContext, Collector, EpisodeSpec, SamplingParams
-from agentkit.rollout.context import encode
+from agentkit.rollout.context import ContextBuilder, encode, make_context
 from agentkit.rollout.hf_backend import sample_logprobs
 
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
@@ -168,10 +168,70 @@ def test_env_error_ends_episode_and_run_continues(backend):
     from agentkit.envs.wrappers import TurnLimit
 
     collector = Collector(backend, lambda: TurnLimit(_ExplodingEnv(), 5), env_id="exploding",
-                          sampling=SamplingParams(max_new_tokens=4))
+                          sampling=SamplingParams(max_new_tokens=4), action_format=ACTION_TAG)
     written = []
     stats = collector.run([EpisodeSpec(0), EpisodeSpec(1)], written.append)
     assert stats.episodes == 2 and stats.errors == 2
     for traj in written:
         assert traj.truncated and "simulator crashed" in traj.error and len(traj.turns) == 2
         assert traj.turns[-1].error and not traj.turns[-1].action_valid
+
+
+def test_context_builders_share_one_protocol(backend):
+    tok = backend.tokenizer
+    chat, window = make_context("chat", tok, "Answer.", 2), make_context("window", tok, "Answer.", 2)
+    assert isinstance(chat, ContextBuilder) and isinstance(window, ContextBuilder)
+    assert (chat.mode, window.mode) == ("chat", "window")
+    with pytest.raises(ValueError, match=r"context mode must be one of \['chat', 'window'\], got 'memory'"):
+        make_context("memory", tok)
+    # chat: the prompt grows by exactly the response and the next turn's new ids
+    state = chat.start("find the key", prefix="Skill: look first.")
+    first = chat.next_turn(state, "obs one")
+    assert state.prompt == first and "Skill: look first.\n\nobs one" in tok.decode(first)
+    response = encode(tok, "<action>look</action>")
+    chat.end_turn(state, "obs one", "look", response)
+    second = chat.next_turn(state, "obs two")
+    assert state.prompt == first + response + second and "Skill" not in tok.decode(second)
+    # window: each prompt stands alone, with the prefix and the last turns
+    state = window.start("find the key", prefix="Skill: look first.")
+    window.next_turn(state, "obs one")
+    window.end_turn(state, "obs one", "look", response)
+    prompt = tok.decode(window.next_turn(state, "obs two"))
+    assert "Skill: look first." in prompt and "Action: look" in prompt and state.turns == 1
+
+
+class _EchoEnv:
+    """One-turn task whose step records what it was given (after the wrappers)."""
+
+    def reset(self, *, seed=None, options=None):
+        return "Pick a colour.", {"task": "pick", "admissible_actions": None, "action_valid": True, "won": False,
+                                  "score": 0.0, "privileged": None}
+
+    def step(self, action):
+        return "ok", 0.0, True, False, {"task": "pick", "admissible_actions": None, "action_valid": True,
+                                        "won": False, "score": 0.0, "privileged": None, "action": action}
+
+    def close(self):
+        pass
+
+
+def test_collector_takes_prompt_and_stop_strings_from_the_action_format(backend):
+    fmt = ActionFormat("Answer with a colour in double brackets, like [[red]].", stop=("]]", "\n\n"))
+    seen = []
+
+    class Recording:
+        tokenizer, name, max_context = backend.tokenizer, backend.name, backend.max_context
+
+        def generate(self, prompts, params, seeds=None):
+            seen.append(params)
+            return backend.generate(prompts, params, seeds)
+
+    written = []
+    Collector(Recording(), _EchoEnv, env_id="echo", action_format=fmt,
+              sampling=SamplingParams(max_new_tokens=4)).run([EpisodeSpec(0)], written.append)
+    assert seen[0].stop == ("]]", "\n\n") and written[0].sampling["stop"] == ["]]", "\n\n"]
+    assert fmt.instruction in backend.tokenizer.decode(written[0].turns[0].context_ids)
+    # explicit stop strings and system prompt win over the format's
+    Collector(Recording(), _EchoEnv, env_id="echo", action_format=fmt, system_prompt="Be brief.",
+              sampling=SamplingParams(max_new_tokens=4, stop=())).run([EpisodeSpec(0)], written.append)
+    assert seen[1].stop == () and "Be brief." in backend.tokenizer.decode(written[1].turns[0].context_ids)

@@ -338,7 +338,7 @@ def test_made_through_the_registry_escape_hatch_with_wrappers(corpus_dir):
 
     env = make("agentkit.envs.search_qa_env:SearchQAEnv", split="eval", max_turns=3)
     try:
-        assert type(env.unwrapped) is SearchQAEnv and env.unwrapped.parses_actions is True
+        assert type(env.unwrapped) is SearchQAEnv
         check_env(env)
         info, _ = play_expert(env, 7)
         assert info["won"]
@@ -348,6 +348,56 @@ def test_made_through_the_registry_escape_hatch_with_wrappers(corpus_dir):
         assert truncated and not terminated and not info["won"]
     finally:
         env.close()
+
+
+def test_rollouts_use_the_search_answer_format_and_stop_at_answer(tiny_model_dir, corpus_dir):
+    """The policy is prompted with Search-QA's own format (not <action>), and generation stops at
+    </answer>: the tiny model, taught to write the answer and then keep talking, is cut there."""
+    import torch
+    from agentkit.envs import SEARCH_ANSWER, ParseAction, Wrapper, env_info, make
+    from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
+    from agentkit.rollout.context import encode, format_observation, make_context
+    from agentkit.rollout.hf_backend import HFBackend
+
+    env_id = "search-qa/generated-v0"
+    fmt = env_info(env_id).action_format
+    assert fmt is SEARCH_ANSWER and fmt.parser is None and fmt.stop == ("</search>", "</answer>")
+    assert "<search>" in fmt.instruction and "<answer>" in fmt.instruction and "<action>" not in fmt.instruction
+    make_env = functools.partial(make, env_id, split="eval", action_parser="format", max_turns=2)
+    env = make_env()
+    obs, info = env.reset(seed=0)
+    env.close()
+    layers, layer = [], env
+    while isinstance(layer, Wrapper):
+        layers.append(type(layer))
+        layer = layer.env
+    assert ParseAction not in layers and type(layer) is SearchQAEnv, "the environment reads the whole response"
+    backend = HFBackend(tiny_model_dir, seed=0)  # its own copy of the weights, taught below
+    tok, model = backend.tokenizer, backend.model
+    builder = make_context("chat", tok, fmt.instruction)
+    prompt = builder.next_turn(builder.start(info["task"]), format_observation(obs, info, show_admissible=True, first=True))
+    target = encode(tok, info["expert_plan"][-1] + " and some more words after it")
+    ids = torch.tensor([prompt + target])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(150):
+        logits = model(ids).logits[0, len(prompt) - 1:-1]  # [T, V]
+        loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    free = backend.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=len(target), stop=()))[0]
+    assert tok.decode(free.token_ids, skip_special_tokens=True).startswith(info["expert_plan"][-1] + " and some")
+
+    written = []
+    Collector(backend, make_env, env_id=env_id, split="eval",
+              sampling=SamplingParams(temperature=0.0, max_new_tokens=len(target))).run([EpisodeSpec(0)], written.append)
+    trajectory, = written
+    turn = trajectory.turns[0]
+    assert turn.context_ids == prompt and "<action>" not in tok.decode(turn.context_ids)
+    assert turn.response_text == info["expert_plan"][-1] and turn.finish_reason == "stop"
+    assert trajectory.won and trajectory.terminated and trajectory.sampling["stop"] == ["</search>", "</answer>"]
 
 
 def _play_in_fresh_process(kwargs: dict, seeds: list[int]) -> list[bool]:

@@ -239,3 +239,33 @@ def test_textworld_generation_says_so(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("generating TextWorld games for tw-coin_collector (eval split) on first use")
     env.close()
     other.close()
+
+
+# =============================================================================================
+# the trajectory schema is the dataclasses
+# =============================================================================================
+def test_record_checks_are_read_off_the_dataclass_fields():
+    """A field declared once, on the dataclass, is what the reader checks and the writer writes."""
+    from dataclasses import dataclass, field
+    from typing import Literal
+
+    from agentkit.core.trajectory import JSON_KEY, OMIT_NONE, REQUIRED, Trajectory, _Schema
+
+    @dataclass(frozen=True)
+    class Record:
+        name: str
+        ids: list[int]
+        value: float = field(metadata={JSON_KEY: "val"})
+        mode: Literal["a", "b"] = "a"
+        note: str | None = field(default=None, metadata={OMIT_NONE: True})
+        version: int = field(default=1, metadata={REQUIRED: True})
+
+    schema = _Schema.of(Record)
+    assert schema.types == {"name": (str,), "ids": (list,), "val": (int, float), "mode": (str,),
+                            "note": (str, type(None)), "version": (int,)}
+    assert schema.optional == {"mode", "note"} and schema.choices == {"mode": ("a", "b")}
+    assert schema.renamed == {"value": "val"} and schema.omit_none == ("note",)
+    # and Trajectory's own: "return" in files, task_type written only when set, the version required
+    trajectory = _Schema.of(Trajectory)
+    assert trajectory.renamed == {"episode_return": "return"} and trajectory.omit_none == ("task_type",)
+    assert "schema_version" not in trajectory.optional and "context_mode" in trajectory.optional

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+import types
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from agentkit.core.errors import TrajectoryFormatError
 
 SCHEMA_VERSION = 1
 ContextMode = Literal["chat", "window"]
+
+# The dataclasses below are the schema: a field's type and default say what a record may hold and
+# whether it may be left out (``_schema``). Field metadata says the rest of how it is stored:
+JSON_KEY = "json_key"  # its key in files, when not its name (written last, as files always had it)
+REQUIRED = "required"  # required in files even though the constructor has a default
+OMIT_NONE = "omit_none"  # written only when not None
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,7 @@ class Trajectory:
     group: str
     sample: int
     turns: list[Turn]
-    episode_return: float
+    episode_return: float = field(metadata={JSON_KEY: "return"})
     won: bool
     score: float
     terminated: bool
@@ -112,8 +119,10 @@ class Trajectory:
     skills: list[str] = field(default_factory=list)
     skills_in_prompt: bool = False
     created_at: float = 0.0
-    schema_version: int = field(default=SCHEMA_VERSION)
-    task_type: str | None = None
+    # every file says its version: required on read although the constructor fills it in
+    schema_version: int = field(default=SCHEMA_VERSION, metadata={REQUIRED: True})
+    # files without task types stay readable by earlier versions
+    task_type: str | None = field(default=None, metadata={OMIT_NONE: True})
 
     @property
     def num_tokens(self) -> int:
@@ -122,12 +131,14 @@ class Trajectory:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready record. Shallow: its lists are the trajectory's own (``asdict`` deep-copies
         every token list, a tenth of a small model's training step)."""
-        record = {f.name: getattr(self, f.name) for f in _TRAJECTORY_FIELDS}
-        record["turns"] = [{f.name: getattr(t, f.name) for f in _TURN_FIELDS} for t in self.turns]
+        record = {f.name: getattr(self, f.name) for f in _TRAJECTORY.fields}
+        record["turns"] = [{f.name: getattr(t, f.name) for f in _TURN.fields} for t in self.turns]
         record["sampling"] = dict(self.sampling)
-        record["return"] = record.pop("episode_return")
-        if record["task_type"] is None:
-            del record["task_type"]  # files without task types stay readable by earlier versions
+        for name in _TRAJECTORY.omit_none:
+            if record[name] is None:
+                del record[name]
+        for name, key in _TRAJECTORY.renamed.items():
+            record[key] = record.pop(name)
         return record
 
     @classmethod
@@ -136,62 +147,58 @@ class Trajectory:
         return _trajectory_from_dict(record, where)
 
 
-_TURN_FIELDS = fields(Turn)
-_TRAJECTORY_FIELDS = fields(Trajectory)
-
-_TURN_TYPES: dict[str, tuple[type, ...]] = {
-    "observation": (str,),
-    "context_ids": (list,),
-    "response_ids": (list,),
-    "response_logprobs": (list,),
-    "response_text": (str,),
-    "action": (str, type(None)),
-    "action_valid": (bool,),
-    "reward": (int, float),
-    "feedback": (str,),
-    "finish_reason": (str,),
-    "generation_s": (int, float),
-    "env_s": (int, float),
-    "error": (str, type(None)),
-    "expert_action": (str, type(None)),
-}
-_TURN_OPTIONAL = {"finish_reason", "generation_s", "env_s", "error", "expert_action"}
-
-_TRAJ_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,),
-    "env": (str,),
-    "task": (str,),
-    "seed": (int,),
-    "split": (str,),
-    "group": (str,),
-    "sample": (int,),
-    "turns": (list,),
-    "return": (int, float),
-    "won": (bool,),
-    "score": (int, float),
-    "terminated": (bool,),
-    "truncated": (bool,),
-    "model": (str,),
-    "sampling": (dict,),
-    "context_mode": (str,),
-    "privileged": (str, type(None)),
-    "error": (str, type(None)),
-    "skills": (list,),
-    "skills_in_prompt": (bool,),
-    "created_at": (int, float),
-    "schema_version": (int,),
-    "task_type": (str, type(None)),
-}
-_TRAJ_OPTIONAL = {"context_mode", "privileged", "error", "skills", "skills_in_prompt", "created_at", "task_type"}
+def _allowed(hint: Any) -> tuple[type, ...]:
+    """The JSON value types a field of type ``hint`` accepts (a float field takes integers too)."""
+    if get_origin(hint) is Literal:
+        return tuple(dict.fromkeys(type(value) for value in get_args(hint)))
+    if get_origin(hint) in (Union, types.UnionType):
+        return tuple(dict.fromkeys(t for arg in get_args(hint) for t in _allowed(arg)))
+    if hint is float:
+        return (int, float)
+    return (get_origin(hint) or hint,)  # list[int] -> list, dict[str, Any] -> dict
 
 
-def _check_fields(record: dict, types: dict, optional: set, where: str) -> None:
-    unknown = sorted(set(record) - set(types))
+def _has_default(f: Field) -> bool:
+    return f.default is not MISSING or f.default_factory is not MISSING
+
+
+@dataclass(frozen=True)
+class _Schema:
+    """How the records of one dataclass are checked and stored, read off its fields."""
+
+    fields: tuple[Field, ...]
+    types: dict[str, tuple[type, ...]]  # file key -> accepted JSON value types, in field order
+    optional: frozenset[str]  # file keys a record may leave out
+    choices: dict[str, tuple[Any, ...]]  # file key -> allowed values (Literal fields)
+    renamed: dict[str, str]  # field name -> file key, where they differ
+    omit_none: tuple[str, ...]  # fields written only when not None
+
+    @classmethod
+    def of(cls, datacls: type) -> _Schema:
+        hints = get_type_hints(datacls)
+        all_fields = fields(datacls)
+        key = {f.name: f.metadata.get(JSON_KEY, f.name) for f in all_fields}
+        return cls(
+            fields=all_fields,
+            types={key[f.name]: _allowed(hints[f.name]) for f in all_fields},
+            optional=frozenset(key[f.name] for f in all_fields if _has_default(f) and not f.metadata.get(REQUIRED)),
+            choices={key[f.name]: get_args(hints[f.name]) for f in all_fields if get_origin(hints[f.name]) is Literal},
+            renamed={f.name: key[f.name] for f in all_fields if key[f.name] != f.name},
+            omit_none=tuple(f.name for f in all_fields if f.metadata.get(OMIT_NONE)),
+        )
+
+
+_TURN = _Schema.of(Turn)
+_TRAJECTORY = _Schema.of(Trajectory)
+
+
+def _check_fields(record: dict, schema: _Schema, where: str) -> None:
+    unknown = sorted(set(record) - set(schema.types))
     if unknown:
-        raise TrajectoryFormatError(f"{where}: unknown field(s) {unknown}; expected only {sorted(types)}.")
-    for key, allowed in types.items():
+        raise TrajectoryFormatError(f"{where}: unknown field(s) {unknown}; expected only {sorted(schema.types)}.")
+    for key, allowed in schema.types.items():
         if key not in record:
-            if key in optional:
+            if key in schema.optional:
                 continue
             raise TrajectoryFormatError(f"{where}: missing required field {key!r}.")
         value = record[key]
@@ -243,7 +250,7 @@ MAX_TOKEN_ID = 2**31 - 1  # token ids become int32/int64 tensors; vocabularies a
 def _turn_from_dict(record: Any, where: str) -> Turn:
     if not isinstance(record, dict):
         raise TrajectoryFormatError(f"{where}: a turn must be an object, got {type(record).__name__}.")
-    _check_fields(record, _TURN_TYPES, _TURN_OPTIONAL, where)
+    _check_fields(record, _TURN, where)
     for key in ("context_ids", "response_ids"):
         if not all(type(i) is int and 0 <= i <= MAX_TOKEN_ID for i in record[key]):
             raise TrajectoryFormatError(f"{where}: {key!r} must be a list of non-negative integers up to {MAX_TOKEN_ID} (token ids).")
@@ -266,11 +273,12 @@ def _trajectory_from_dict(record: Any, where: str) -> Trajectory:
             f"{where}: schema_version {version} is newer than this agentkit understands ({SCHEMA_VERSION}): the file "
             "was written by a newer agentkit; upgrade agentkit (pip install -U agentkit) to read it."
         )
-    _check_fields(record, _TRAJ_TYPES, _TRAJ_OPTIONAL, where)
+    _check_fields(record, _TRAJECTORY, where)
     if version != SCHEMA_VERSION:
         raise TrajectoryFormatError(f"{where}: unsupported schema_version {version!r}; expected {SCHEMA_VERSION}.")
-    if record.get("context_mode", "chat") not in ("chat", "window"):
-        raise TrajectoryFormatError(f"{where}: context_mode must be 'chat' or 'window', got {record['context_mode']!r}.")
+    for key, allowed in _TRAJECTORY.choices.items():
+        if key in record and record[key] not in allowed:
+            raise TrajectoryFormatError(f"{where}: {key} must be {' or '.join(map(repr, allowed))}, got {record[key]!r}.")
     if not all(isinstance(s, str) and _is_unicode(s) for s in record.get("skills", [])):
         raise TrajectoryFormatError(f"{where}: 'skills' must be a list of skill id strings.")
     try:  # the writer must be able to write back whatever the reader accepts
@@ -278,7 +286,8 @@ def _trajectory_from_dict(record: Any, where: str) -> Trajectory:
     except (TypeError, ValueError) as err:  # NaN, a lone surrogate, a key JSON cannot carry
         raise TrajectoryFormatError(f"{where}: 'sampling' holds a value JSON cannot carry ({err}).") from err
     turns = [_turn_from_dict(t, f"{where}, turn {i}") for i, t in enumerate(record["turns"])]
-    fields = dict(record)
-    fields["turns"] = turns
-    fields["episode_return"] = fields.pop("return")
-    return Trajectory(**fields)
+    values = dict(record)
+    values["turns"] = turns
+    for name, key in _TRAJECTORY.renamed.items():
+        values[name] = values.pop(key)
+    return Trajectory(**values)

@@ -5,10 +5,11 @@ Collector level 3, with retrieved skills recorded (the self-teacher's privileged
 environment's expert actions (the oracle judge). Every objective prepares its batch from those same
 trajectories, so every step runs on the same token ids.
 
-- step: ``policy_logprobs`` (with the support for ``needs_support``) -> ``objective.loss`` ->
-  backward per micro-batch (the loop's token budget), gradient clipping, AdamW step, exactly as
-  ``agentkit.train`` runs it. The NLL step is the same loop with a token-mean
-  ``F.cross_entropy`` over the response tokens. Each objective step is timed right after an NLL
+- step: the training loop's own update, ``agentkit.train.update`` (one epoch, one minibatch, one
+  process): ``policy_logprobs`` (with the support for ``needs_support``) -> ``objective.loss`` ->
+  backward per micro-batch (the loop's token budget), gradient clipping, AdamW step. The NLL step
+  is the reference: the same micro-batching and clipping with a token-mean ``F.cross_entropy``
+  over the response tokens. Each objective step is timed right after an NLL
   step, from the same weights and optimizer state, in repeated interleaved rounds; the ratio is the
   median of the per-round ratios.
 - prepare: ``objective.prepare`` (teacher scoring and turn judgments included) and, for objectives
@@ -62,23 +63,25 @@ OBJECTIVES = [
 
 def collect(model_dir: Path, out: Path, tasks: int, group: int, level: int, max_turns: int, seed: int) -> None:
     """Play tasks x group episodes the way ``agentkit.train`` does (skills retrieved for the teacher)."""
-    from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
+    from agentkit.rollout import EpisodeSpec
     from agentkit.rollout.hf_backend import HFBackend
-    from agentkit.rollout.run import env_factory
-    from agentkit.rollout.workers import make_env_runner
+    from agentkit.rollout.run import make_collector, make_envs, resolve_env, sampling_params
     from agentkit.skillbank import SkillBank, SkillSelector, make_retriever, resolve_bank
 
     from agentkit.core.jsonl import TrajectoryWriter
+    from agentkit.core.settings import ContextSettings, EnvSettings, SamplingSettings
 
-    env_id = "textworld/coin-v0"
-    envs = make_env_runner(env_factory(env_id, split="train", max_turns=max_turns, env_kwargs={"level": level}), 0)
+    env = resolve_env(EnvSettings(id="textworld/coin-v0", kwargs={"level": level}, max_turns=max_turns))
     bank = SkillBank.load(resolve_bank("textworld"))
-    selector = SkillSelector(bank, make_retriever("ucb"), 3, env_id=env_id, seed=seed, show_policy=False)
-    collector = Collector(HFBackend(model_dir, seed=seed), envs, env_id=env_id, split="train",
-                          sampling=SamplingParams(temperature=1.0, max_new_tokens=24, seed=seed), skills=selector)
-    with TrajectoryWriter(out, mode="overwrite") as writer:
-        collector.run([EpisodeSpec(task, k) for task in range(tasks) for k in range(group)], writer.write)
-    envs.close()
+    selector = SkillSelector(bank, make_retriever("ucb"), 3, env_id=env.id, seed=seed, show_policy=False)
+    collector = make_collector(HFBackend(model_dir, seed=seed), make_envs(env, "train"), env=env, split="train",
+                               sampling=sampling_params(SamplingSettings(temperature=1.0, max_new_tokens=24), seed),
+                               context=ContextSettings(), skills=selector)
+    try:
+        with TrajectoryWriter(out, mode="overwrite") as writer:
+            collector.run([EpisodeSpec(task, k) for task in range(tasks) for k in range(group)], writer.write)
+    finally:
+        collector.close()
 
 
 def load_policy(model_dir: Path):
@@ -152,27 +155,24 @@ def nll_step(model, optimizer, batch, micro_batch_tokens: int, *, all_columns: b
     return total
 
 
-def objective_step(model, optimizer, objective, batch, micro_batch_tokens: int) -> float:
-    """``agentkit.train``'s update for one minibatch (one process)."""
-    import torch
-    from agentkit.objectives import policy_logprobs
+def loop_update(objective, micro_batch_tokens: int, seed: int = 0):
+    """The training loop's update (``agentkit.train.update``) as the loop calls it for one step of
+    ``objective``, with one epoch and one minibatch in one process: ``step(model, optimizer, batch)``.
+    Its settings are built here, once, outside the timed region."""
+    import random
 
-    optimizer.zero_grad(set_to_none=True)
-    total, metrics_sum = 0.0, {}
-    for micro in batch.micro_batches(micro_batch_tokens):
-        if objective.requirements().needs_support:
-            logprobs, support = policy_logprobs(model, micro, support=True)
-            loss, metrics = objective.loss(micro, logprobs, support)
-        else:
-            loss, metrics = objective.loss(micro, policy_logprobs(model, micro))
-        loss.backward()
-        total += float(loss.detach())
-        share = micro.num_response_tokens / max(1, batch.num_response_tokens)
-        for key, value in metrics.items():
-            metrics_sum[key] = metrics_sum.get(key, 0.0) + share * value
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    return total
+    from agentkit.distributed import ranks
+    from agentkit.train import update
+    from agentkit.train_config import TrainSection
+
+    settings = TrainSection(epochs=1, minibatches=1, micro_batch_tokens=micro_batch_tokens, grad_clip=1.0)
+    one_process, rng, needs_support = ranks(), random.Random(seed), objective.requirements().needs_support
+
+    def step(model, optimizer, batch):
+        return update(model, optimizer, objective, batch, train=settings, ranks=one_process, rng=rng,
+                      needs_support=needs_support)
+
+    return step
 
 
 def save_batch(batch, path: Path) -> None:
@@ -210,10 +210,10 @@ def memory_child(args) -> None:
     else:
         from agentkit.objectives import make_objective
 
-        objective = make_objective(args.child, json.loads(args.child_args))
+        update_step = loop_update(make_objective(args.child, json.loads(args.child_args)), args.micro_batch_tokens)
 
         def step():
-            objective_step(policy, optimizer, objective, batch, args.micro_batch_tokens)
+            update_step(policy, optimizer, batch)
     policy.train()
     import gc
 
@@ -346,12 +346,12 @@ def main() -> None:
                 judge.judge(trajectories)
                 runs.append(time.perf_counter() - started)
             judge_s = statistics.median(runs)
-        objective_step(policy, optimizer, objective, batch, args.micro_batch_tokens)  # warm-up
+        update_step = loop_update(objective, args.micro_batch_tokens, args.seed)
+        update_step(policy, optimizer, batch)  # warm-up
         nll_times, obj_times, ratios = [], [], []
         for round_ in range(args.rounds):
             pair = [("nll", functools.partial(nll_step, policy, optimizer, batch, args.micro_batch_tokens)),
-                    ("obj", functools.partial(objective_step, policy, optimizer, objective, batch,
-                                              args.micro_batch_tokens))]
+                    ("obj", functools.partial(update_step, policy, optimizer, batch))]
             if round_ % 2:
                 pair.reverse()  # alternate which side runs first
             got = {kind: timed(fn) for kind, fn in pair}

@@ -11,11 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
 from agentkit.core.errors import ModelError
+from agentkit.core.trajectory import JSON_KEY, OMIT_NONE, REQUIRED
 
 
 # =============================================================================================
@@ -244,21 +247,19 @@ def test_textworld_generation_says_so(tmp_path, capsys):
 # =============================================================================================
 # the trajectory schema is the dataclasses
 # =============================================================================================
+@dataclass(frozen=True)
+class Record:  # annotations are resolved in this module's namespace, so it lives at module level
+    name: str
+    ids: list[int]
+    value: float = field(metadata={JSON_KEY: "val"})
+    mode: Literal["a", "b"] = "a"
+    note: str | None = field(default=None, metadata={OMIT_NONE: True})
+    version: int = field(default=1, metadata={REQUIRED: True})
+
+
 def test_record_checks_are_read_off_the_dataclass_fields():
     """A field declared once, on the dataclass, is what the reader checks and the writer writes."""
-    from dataclasses import dataclass, field
-    from typing import Literal
-
-    from agentkit.core.trajectory import JSON_KEY, OMIT_NONE, REQUIRED, Trajectory, _Schema
-
-    @dataclass(frozen=True)
-    class Record:
-        name: str
-        ids: list[int]
-        value: float = field(metadata={JSON_KEY: "val"})
-        mode: Literal["a", "b"] = "a"
-        note: str | None = field(default=None, metadata={OMIT_NONE: True})
-        version: int = field(default=1, metadata={REQUIRED: True})
+    from agentkit.core.trajectory import Trajectory, _Schema
 
     schema = _Schema.of(Record)
     assert schema.types == {"name": (str,), "ids": (list,), "val": (int, float), "mode": (str,),

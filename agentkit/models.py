@@ -219,7 +219,7 @@ def _looks_like_hub_id(text: str) -> bool:
 def _hub_snapshot(repo_id: str, given: str) -> Path:
     try:
         from huggingface_hub import constants, snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError
+        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
     except ImportError as err:  # transformers depends on it, so only a broken install gets here
         raise ModelError(f"{given}: no such folder, and huggingface_hub is not installed to look it up "
                          "on the hub.") from err
@@ -231,10 +231,11 @@ def _hub_snapshot(repo_id: str, given: str) -> Path:
         raise ModelError(f"{given}: no such folder, and no hub model of that name is in the Hugging Face "
                          "cache (the hub is offline: HF_HUB_OFFLINE is set). Check the path, or build a model with: "
                          "agentkit model init --out DIR")
-    print(f"{given}: no such folder; downloading it from the Hugging Face hub", file=sys.stderr)
+    print(f"{given}: no such folder; looking for a model of that name on the Hugging Face hub", file=sys.stderr)
     try:
         return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
-    except Exception as err:  # noqa: BLE001 - network, auth and not-found errors all mean the same here
-        raise ModelError(f"{given}: no such folder, and it could not be fetched from the Hugging Face hub "
-                         f"({type(err).__name__}: {err}). Check the path, or build a model with: "
+    except Exception as err:  # noqa: BLE001 - network, auth and not-found errors all end here
+        why = ("nor a model on the Hugging Face hub" if isinstance(err, RepositoryNotFoundError) else
+               f"and the Hugging Face hub could not be asked ({type(err).__name__})")
+        raise ModelError(f"{given}: no such folder, {why}. Check the path, or build a model with: "
                          "agentkit model init --out DIR") from err

@@ -93,6 +93,16 @@ def test_resolve_model_dir(tiny_model_dir, tmp_path, capsys, monkeypatch):
             resolve_model_dir(given, flag="--teacher model:")
         assert time.monotonic() - start < 5.0  # a hub lookup offline takes ~50 s
 
+    # an org/name id not in the cache, with the hub unreachable (nothing listens there): one line
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")
+    start = time.monotonic()
+    with pytest.raises(ModelError, match=r"^--model no-such-org/no-such-model: no such folder, and the Hugging Face "
+                                         r"hub could not be asked \(\w+\)\. Check the path.*model init --out DIR$"):
+        resolve_model_dir("no-such-org/no-such-model")
+    assert time.monotonic() - start < 30.0
+    assert "looking for a model of that name on the Hugging Face hub" in capsys.readouterr().err
+
     # an org/name id not in the cache, with the hub offline: at once, saying so
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)

@@ -73,20 +73,18 @@ class PromptEnv:
 
 
 def run_agentkit(args, model_dir: Path, work: Path) -> dict:
-    import functools
-
     import torch
-    from agentkit.envs import registry
-    from agentkit.rollout import SamplingParams
+    from agentkit.envs import ACTION_TAG, ActionFormat, registry
     from agentkit.rollout.collector import Collector
     from agentkit.rollout.hf_backend import HFBackend
 
-    import agentkit.train
     from agentkit.train import train
     from agentkit.train_config import TrainConfig
 
     torch.set_num_threads(args.threads)
-    registry.register(ENV_ID, PromptEnv, parses_actions=True, overwrite=True, prompts=args.prompts)
+    # the <action> format's system prompt without its stop strings (TRL stops only at the end of the sequence)
+    registry.register(ENV_ID, PromptEnv, action_format=ActionFormat(ACTION_TAG.instruction), overwrite=True,
+                      prompts=args.prompts)
     runs: list[list[float]] = []  # per Collector.run call: generate seconds
     run_starts: list[tuple[float, float]] = []  # (wall, process CPU) when each Collector.run starts
     prompt_lengths: list[int] = []
@@ -105,20 +103,19 @@ def run_agentkit(args, model_dir: Path, work: Path) -> dict:
         return out
 
     Collector.run, HFBackend.generate = timed_run, timed_generate
-    # no stop strings (agentkit's default stops at "</action>"; TRL stops only at end of sequence)
-    agentkit.train.SamplingParams = functools.partial(SamplingParams, stop=())
     total_steps = args.warmup + args.steps + 1  # the last step also evaluates and checkpoints: not timed
     cfg = TrainConfig.model_validate({
         "model": str(model_dir), "out": str(work / "agentkit-run"), "seed": args.seed,
         "env": {"id": ENV_ID, "kwargs": {}, "max_turns": 1, "workers": 0},
-        "rollout": {"tasks_per_step": args.prompts_per_step, "group_size": args.group_size, "temperature": 1.0,
-                    "top_p": 1.0, "max_new_tokens": args.max_completion, "show_admissible": False},
+        "rollout": {"tasks_per_step": args.prompts_per_step, "group_size": args.group_size},
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": args.max_completion},
+        "context": {"show_admissible": False},
         "objective": {"name": "grpo", "args": {"clip_low": 0.2, "clip_high": 0.2}},
         "train": {"steps": total_steps, "lr": 1e-5, "grad_clip": 1.0},
         "eval": {"every": 0, "episodes": 1},
         "checkpoint": {"every": 0, "keep": 1},
     })
-    run_dir = train(cfg, show_progress=False)
+    run_dir = train(cfg, show_progress=False).run_dir
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     timed = records[args.warmup: args.warmup + args.steps]
     # a step starts with its rollout: timed steps run from rollout W to rollout W + steps (not the final evaluation)

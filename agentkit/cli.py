@@ -229,7 +229,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.help_config:
         print("Settings (--config YAML sections, --set KEY=VALUE, or the flags shown):\n"
-              + describe_config(args.objective_name))
+              + describe_config(vars(args).get("setting:objective.name")))
         return 0
     from agentkit.core.config import settings_from_args
 

@@ -66,7 +66,7 @@ def test_rollout_on_plugin_environment(tiny_model_dir, plugin_site, tmp_path):
         (["--env", "textworld/simpel-v0"], "Did you mean 'textworld/simple-v0'"),
         (["--episodes", "0"], r"--episodes .*greater than 0"),
         (["--group-size", "-1"], r"--group-size .*greater than 0"),
-        (["--model", "/nonexistent/model"], "no model there"),
+        (["--model", "/nonexistent/model"], "--model /nonexistent/model: no such folder"),
         (["--append", "--overwrite"], "exclude each other"),
         (["--out", "{tmp}/afile/t.jsonl"], "Cannot write"),
         (["--env-kwargs", "level"], "key=value"),

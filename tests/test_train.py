@@ -46,8 +46,8 @@ def test_sft_learns_the_task(sft_model, tmp_path):
     from agentkit.rollout.config import RolloutConfig
     from agentkit.rollout.run import run_rollout
 
-    cfg = RolloutConfig(env="textworld/coin-v0", env_kwargs={"level": 1}, split="eval", episodes=8, temperature=0.0,
-                        max_turns=3, env_workers=0, out=str(tmp_path / "e.jsonl"))
+    cfg = RolloutConfig(env={"id": "textworld/coin-v0", "kwargs": {"level": 1}, "max_turns": 3, "workers": 0},
+                        split="eval", episodes=8, sampling={"temperature": 0.0}, out=str(tmp_path / "e.jsonl"))
     stats, _ = run_rollout(cfg, sft_model)
     assert stats.success_rate >= 0.75, "12 SFT steps teach 'take coin' on held-out level-1 games"
     result = subprocess.run([sys.executable, "-m", "agentkit.cli", "eval", "--env", "textworld/coin-v0", "--model",
@@ -58,7 +58,7 @@ def test_sft_learns_the_task(sft_model, tmp_path):
 
 
 GRPO = [*COIN1, "objective.name=grpo", "objective.args.invalid_action_penalty=0.1", "objective.args.kl_coef=0.01",
-        "rollout.temperature=0.3", "rollout.tasks_per_step=2", "rollout.group_size=4", "eval.every=2",
+        "sampling.temperature=0.3", "rollout.tasks_per_step=2", "rollout.group_size=4", "eval.every=2",
         "checkpoint.every=2", "train.minibatches=2"]
 
 
@@ -102,7 +102,7 @@ def test_half_written_checkpoint_is_never_loaded(sft_model, tmp_path):
         (["objective.name=sft"], "set train.demos=FILE"),
         (["objective.name=gpro"], "Did you mean 'grpo'"),
         (["objective.args.clip_lo=0.1"], r"clip_lo.*Extra inputs"),
-        (["train.lr=-1"], r"train.lr: Input should be greater than 0"),
+        (["train.lr=-1"], r"--lr \(train.lr\): Input should be greater than 0"),
         (["train.lr"], "expects section.key=value"),
     ],
 )
@@ -118,7 +118,7 @@ def test_yaml_config_and_run_folder_guards(tmp_path, tiny_model_dir, demos):
         load_config(bad)
     good = tmp_path / "good.yaml"
     good.write_text(f"objective:\n  name: sft\ntrain:\n  demos: {demos}\n  steps: 1\nenv:\n  kwargs: {{level: 1}}\n")
-    cfg = load_config(good, ["train.lr=1e-3"], **{"out": str(tmp_path / "run"), "model": str(tiny_model_dir)})
+    cfg = load_config(good, ["train.lr=1e-3"], {"out": str(tmp_path / "run"), "model": str(tiny_model_dir)})
     assert cfg.train.lr == 1e-3 and cfg.train.steps == 1 and cfg.objective.name == "sft"
     with pytest.raises(ConfigError, match="no config.yaml; nothing to resume"):
         train(cfg, resume=True, show_progress=False)

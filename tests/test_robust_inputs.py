@@ -24,7 +24,7 @@ from agentkit.envs.wrappers import INVALID_FORMAT_FEEDBACK
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentkit.core.config import build_config, parse_assignment
+from agentkit.core.config import load_settings, parse_assignment, settings_from_args
 from agentkit.core.errors import ConfigError, ModelError, PluginError, TrajectoryFormatError, UnknownNameError
 from agentkit.core.jsonl import TornLineWarning, TrajectoryWriter, read_trajectories
 from agentkit.core.trajectory import SCHEMA_VERSION, Trajectory, Turn
@@ -412,16 +412,11 @@ def test_values_the_writer_could_not_write_back_are_refused(tmp_path, mutate, me
 # =============================================================================================
 
 
-def dotted_keys(model, prefix: str = "") -> list[str]:
-    from pydantic import BaseModel
+def dotted_keys(model) -> list[str]:
+    """Every ``--set`` key of a settings model (each backend kind's own options included)."""
+    from agentkit.core.config import settings_of
 
-    keys = []
-    for name, field in model.model_fields.items():
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            keys += dotted_keys(field.annotation, f"{prefix}{name}.")
-        else:
-            keys.append(prefix + name)
-    return keys
+    return [row.key for row in settings_of(model)]
 
 
 @functools.cache
@@ -450,8 +445,10 @@ YAML_FILES = st.one_of(
     st.binary(max_size=120),
     st.text(max_size=200).map(str.encode),
     st.dictionaries(
-        st.sampled_from(["train", "rollout", "env", "objective", "skills", "model", "seed", "bogus"]),
-        st.one_of(JSON_VALUES, st.dictionaries(st.sampled_from(["lr", "steps", "id", "name", "args", "k", "x"]),
+        st.sampled_from(["train", "rollout", "env", "sampling", "context", "backend", "objective", "skills", "model",
+                         "seed", "bogus"]),
+        st.one_of(JSON_VALUES, st.dictionaries(st.sampled_from(["lr", "steps", "id", "name", "args", "k", "kind", "mode",
+                                                                "x"]),
                                                JSON_VALUES, max_size=3)),
         max_size=4,
     ).map(lambda d: yaml.safe_dump(d, allow_unicode=False).encode()),
@@ -529,8 +526,9 @@ def test_bad_config_file_names_file_and_line(tmp_path, text, message):
         ("train.lr=2001-13-45", r"not valid YAML \(cannot read '2001-13-45'"),
         ("seed=" + "[" * 600, r"not valid YAML"),
         ("train.lr", r"--set expects section.key=value"),
+        ("backend=vllm", r"backend\.kind"),  # the backend is a section: its kind is backend.kind (--backend)
     ],
-    ids=["unclosed", "bad-date", "deep", "no-equals"],
+    ids=["unclosed", "bad-date", "deep", "no-equals", "backend-not-a-section"],
 )
 def test_bad_override_is_a_config_error(item, message):
     from agentkit.train_config import load_config
@@ -540,27 +538,30 @@ def test_bad_override_is_a_config_error(item, message):
 
 
 @functools.cache
-def rollout_fields() -> list[str]:
+def rollout_keys() -> list[str]:
     from agentkit.rollout.config import RolloutConfig
 
-    return list(RolloutConfig.model_fields)
+    return dotted_keys(RolloutConfig)
 
 
 @FUZZ
-@given(st.dictionaries(st.one_of(st.deferred(lambda: st.sampled_from(rollout_fields())),
-                                 st.sampled_from(["bogus", "env-kwargs", ""])), MUTANTS, max_size=5),
+@given(st.dictionaries(st.one_of(st.deferred(lambda: st.sampled_from(rollout_keys())),
+                                 st.sampled_from(["bogus", "env-kwargs", "env.bogus", ""])), MUTANTS, max_size=5),
        st.lists(st.one_of(st.text(max_size=16), st.tuples(st.text(max_size=6), YAML_VALUES).map("=".join)), max_size=3))
 def test_rollout_config_fuzz(values, env_kwargs):
-    """``agentkit rollout`` builds its config from the flags and ``--env-kwargs KEY=VALUE`` pairs."""
+    """``agentkit rollout`` builds its config from the flags (by ``--set`` key) and the
+    ``--env-kwargs KEY=VALUE`` words, read as the command line reads them."""
+    import argparse
+
     from agentkit.rollout.config import RolloutConfig
 
-    from agentkit.cli import _parse_kv
-
+    flags = argparse.Namespace(**({"setting:env.kwargs": env_kwargs} if env_kwargs else {}))
     try:
-        config = build_config(RolloutConfig, {**values, "env_kwargs": _parse_kv(env_kwargs)})
+        config = load_settings(RolloutConfig, None, None, {**values, **settings_from_args(flags, RolloutConfig)},
+                               what="rollout settings")
     except ConfigError as err:
         assert str(err).strip()
-        assert str(err).startswith(("Invalid settings:", "--env-kwargs")), str(err)
+        assert str(err).startswith(("Invalid rollout settings:", "--env-kwargs")), str(err)
     else:
         assert isinstance(config, RolloutConfig)
 

@@ -4,8 +4,9 @@ Each test runs the real CLI in a subprocess with ``AGENTKIT_FAULT`` (agentkit.co
 makes the process SIGKILL itself at a named moment: mid-rollout, mid-update, mid-checkpoint-write.
 Then it checks that no half-written checkpoint looks complete, resumes without the hook, and
 compares weights, metrics, evaluations and trajectories with an uninterrupted run of the same
-config. GRPO with the tiny default model on TextWorld Coin Collector (level 2), which it wins
-sometimes: the updates are real (non-zero gradients).
+config. GRPO from the SFT'd tiny student of conftest.py on amber vaults (vaults/vaults-v0) at
+temperature 0.5, where its episodes get different distances: the updates are real (non-zero
+gradients).
 """
 
 from __future__ import annotations
@@ -25,20 +26,19 @@ from agentkit.checkpoint import MARKER, check_complete, checkpoints
 from agentkit.core.errors import ConfigError
 from agentkit.core.faults import VARIABLE
 
-pytestmark = pytest.mark.textworld
-pytest.importorskip("textworld")
-
 STEPS = 3
-SETTINGS = ["env.kwargs.level=2", "env.max_turns=3", "rollout.tasks_per_step=1", "rollout.group_size=4",
-            "train.minibatches=2", "objective.args.invalid_action_penalty=0.1", "eval.every=2", "eval.episodes=1",
+SETTINGS = ["env.id=vaults/vaults-v0", "env.kwargs.families=amber", "env.max_turns=3", "sampling.temperature=0.5",
+            "rollout.tasks_per_step=1", "rollout.group_size=4", "train.minibatches=2", "objective.args.invalid_action_penalty=0.1", "eval.every=2", "eval.episodes=1",
             "checkpoint.every=1", "checkpoint.keep=3"]
 
 
-def train_cli(out: Path, *, fault: str | None = None, resume: bool = False, steps: int = STEPS):
+def train_cli(out: Path, *, model: Path | None = None, fault: str | None = None, resume: bool = False,
+              steps: int = STEPS):
     env = {k: v for k, v in os.environ.items() if k != VARIABLE}
     if fault is not None:
         env[VARIABLE] = fault
     command = [sys.executable, "-m", "agentkit.cli", "train", "--out", str(out), "--steps", str(steps), "--quiet",
+               *(["--model", str(model)] if model is not None else []),
                *[arg for kv in SETTINGS for arg in ("--set", kv)], *(["--resume"] if resume else [])]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
 
@@ -65,17 +65,15 @@ def _played(run: Path, step: int) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
+def reference(tmp_path_factory, vaults_sft_model) -> Path:
     """The uninterrupted run."""
     run = tmp_path_factory.mktemp("crash") / "reference"
-    result = train_cli(run)
+    result = train_cli(run, model=vaults_sft_model)
     assert result.returncode == 0, result.stderr
     assert checkpoints(run) == [1, 2, 3]
     from safetensors.torch import load_file
 
-    from agentkit.models import ensure_default_model
-
-    initial = load_file(str(ensure_default_model() / "model.safetensors"))
+    initial = load_file(str(vaults_sft_model / "model.safetensors"))
     final = _weights(run, STEPS)
     assert not all(torch.equal(initial[k], final[k]) for k in final), "the run changed the policy"
     assert any(r["grad_norm"] > 0 for r in _lines(run, "metrics.jsonl"))
@@ -95,9 +93,9 @@ def reference(tmp_path_factory) -> Path:
         pytest.param("checkpoint.write@1", [], marks=pytest.mark.slow, id="before-the-first-checkpoint"),
     ],
 )
-def test_kill_9_then_resume_equals_the_uninterrupted_run(reference, tmp_path, fault, complete):
+def test_kill_9_then_resume_equals_the_uninterrupted_run(reference, vaults_sft_model, tmp_path, fault, complete):
     run = tmp_path / "run"
-    killed = train_cli(run, fault=fault)
+    killed = train_cli(run, model=vaults_sft_model, fault=fault)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
 
     # what the crash left: only whole checkpoints count as checkpoints

@@ -317,7 +317,7 @@ def test_rollout_cli_on_vllm_and_on_the_server(server, small_model, tmp_path):
         assert all(turn["response_ids"] for line in lines for turn in line["turns"])
 
 
-VLLM_SET = "rollout.vllm=" + json.dumps({"dtype": "float32", "kv_cache_gib": 0.25, "enforce_eager": True,
+VLLM_SET = "backend.args=" + json.dumps({"dtype": "float32", "kv_cache_gib": 0.25, "enforce_eager": True,
                                           "max_model_len": 2048})
 
 
@@ -325,14 +325,14 @@ def _train(small_model, run, objective: str, *extra: str) -> list[dict]:
     cmd = [sys.executable, "-m", "agentkit.cli", "train", "--objective", objective, "--env", "textworld/coin-v0",
            "--model", str(small_model), "--out", str(run), "--steps", "2", "--group-size", "2",
            "--tasks-per-step", "2", "--quiet", "--set", "env.kwargs={level: 1}", "--set", "eval.episodes=2",
-           "--set", "rollout.max_new_tokens=12", "--set", "rollout.backend=vllm", "--set", VLLM_SET, *extra]
+           "--set", "sampling.max_new_tokens=12", "--set", "backend.kind=vllm", "--set", VLLM_SET, *extra]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_train_with_the_vllm_backend_syncs_weights_after_every_update(small_model, tmp_path):
-    """`agentkit train` with rollout.backend=vllm: GRPO samples its rollouts with vLLM; after every
+    """`agentkit train` with backend.kind=vllm: GRPO samples its rollouts with vLLM; after every
     update the engine serves the new weights (the loop logs the largest served-vs-trained log-prob
     gap as vllm_sync_error). SFT on expert demonstrations makes sure the weights did move."""
     from safetensors.torch import load_file

@@ -106,6 +106,12 @@ def turn_seed(base: int, task_seed: int, sample: int, turn: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+def resolve_sampling(sampling: SamplingParams, action_format: ActionFormat) -> SamplingParams:
+    """``sampling`` as the collector samples and records it: ``stop=None`` becomes the action
+    format's stop strings (explicit ones, ``()`` included, are kept)."""
+    return sampling if sampling.stop is not None else dataclasses.replace(sampling, stop=action_format.stop)
+
+
 def _expert_action(info: dict[str, Any]) -> str | None:
     plan = info.get("expert_plan")
     return str(plan[0]) if isinstance(plan, (list, tuple)) and plan else None
@@ -187,8 +193,7 @@ class Collector:
         self.split = split
         fmt = action_format or env_info(env_id).action_format
         self.action_format = fmt
-        sampling = sampling or SamplingParams()
-        self.sampling = sampling if sampling.stop is not None else dataclasses.replace(sampling, stop=fmt.stop)
+        self.sampling = resolve_sampling(sampling or SamplingParams(), fmt)
         self.show_admissible = show_admissible
         self.skills = skills
         self.max_in_flight = max_in_flight

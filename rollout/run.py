@@ -25,7 +25,7 @@ from typing import Any
 from agentkit.envs import make
 from agentkit.envs.registry import lookup
 from agentkit.rollout.backend import SamplingParams
-from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats
+from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats, resolve_sampling
 from agentkit.rollout.config import RolloutConfig
 from agentkit.rollout.workers import EnvRunner, make_env_runner
 
@@ -159,7 +159,11 @@ def plan_resume(cfg: RolloutConfig, out: Path) -> ResumePlan:
     """Check the trajectories already in ``out`` against this command and list the episodes still
     to play. Reads only; any difference raises ``ConfigError`` naming it (see the module docstring)."""
     existing, torn = read_complete_lines(out)
-    specs, sampling = episode_specs(cfg), sampling_params(cfg.sampling, cfg.seed)
+    from agentkit.envs import env_info
+
+    # as the collector records it: stop=None means the environment's stop strings
+    specs, sampling = episode_specs(cfg), resolve_sampling(sampling_params(cfg.sampling, cfg.seed),
+                                                           env_info(cfg.env.id).action_format)
     wanted = {(spec.seed, spec.sample) for spec in specs}
     current = {"env": cfg.env.id, "split": cfg.split, "context_mode": cfg.context.mode,
                **{f"sampling.{key}": value for key, value in sampling.to_dict().items()}}

@@ -144,7 +144,7 @@ def close_all(envs: dict[int, Env]) -> None:
     envs.clear()
 
 
-def _worker_main(conn: Connection, make_env: Callable[[], Env]) -> None:
+def _worker_main(conn: Connection, make_env: Callable[[], Env], stop=None) -> None:
     """A worker process: builds environments on first use of a slot, serves requests in order.
 
     Ctrl-C in a terminal sends SIGINT to the whole process group, workers included: they ignore
@@ -158,7 +158,7 @@ def _worker_main(conn: Connection, make_env: Callable[[], Env]) -> None:
             request = conn.recv()
         except (EOFError, OSError):
             break
-        if request is None:
+        if request is None or (stop is not None and stop.is_set()):  # closing: skip what is still queued
             break
         req_id, slot, op, arg = request
         value, error, elapsed = serve(envs, make_env, slot, op, arg, host="worker process")
@@ -195,7 +195,9 @@ def _sigint_ignored():
 class _Worker:
     def __init__(self, ctx, make_env: Callable[[], Env], index: int) -> None:
         parent, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(child, make_env), name=f"agentkit-env-{index}", daemon=True)
+        self.stop = ctx.Event()  # set on close: the worker stops after the request it is serving
+        self.process = ctx.Process(target=_worker_main, args=(child, make_env, self.stop), name=f"agentkit-env-{index}",
+                                   daemon=True)
         with _sigint_ignored():
             self.process.start()
         child.close()
@@ -324,14 +326,19 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [w.process.pid for w in self._workers]
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the workers: each finishes the request it is serving (requests still queued are
+        dropped, as after Ctrl-C) and closes its environments; any still running after
+        ``timeout_s`` in all is killed."""
         for worker in self._workers:
+            worker.stop.set()
             try:
                 worker.conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
+        deadline = time.monotonic() + timeout_s
         for worker in self._workers:
-            worker.process.join(timeout=10)
+            worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
             worker.kill()
 
 

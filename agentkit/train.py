@@ -171,8 +171,10 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
                               "COMPLETE marker (damaged, or written by an agentkit without markers). Move them away "
                               "to start the run again from step 0, or choose another --out.")
         original = load_config(saved)
-        given = dict(given or {})
-        if "train.steps" in given:  # only the length of the run may change on resume
+        # only the length of the run may change on resume: from the command line when --steps was
+        # given (``given`` lists what was); from a config built in Python (``given`` None) always
+        given = {"train.steps": cfg.train.steps} if given is None else dict(given)
+        if "train.steps" in given:
             original = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
         flags = {row.key: row.flag for row in settings_of(TrainConfig)}
         ignored = [f"{flags[key]} ({key})" if key in flags else key
@@ -497,7 +499,8 @@ def _check_divergence(run: Run, step: int) -> None:
 def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
           given: dict[str, Any] | None = None) -> TrainResult:
     """Run (or resume) training. ``given``: the settings the user gave explicitly (dotted keys), so
-    that ``--resume`` can say which it ignores."""
+    that ``--resume`` keeps the saved run length unless ``train.steps`` is among them and names the
+    others as ignored; None (a config built in Python): the resumed run takes ``cfg.train.steps``."""
     run = setup(cfg, resume, given)
     cfg, ranks = run.cfg, run.ranks
     from tqdm import tqdm

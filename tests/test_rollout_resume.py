@@ -21,14 +21,14 @@ import pytest
 from agentkit.core.jsonl import TornLineWarning, read_complete_lines, read_trajectories
 from agentkit.core.trajectory import Trajectory
 
-ENV = "textworld/coin-v0"
-SEED, EPISODES, GROUP = 3, 2, 8  # 16 episodes of 2 games (few games: each is generated on first use)
+ENV = "vaults/vaults-v0"
+SEED, EPISODES, GROUP = 3, 2, 8  # 16 episodes of 2 tasks
 EXPECTED_IDS = {f"{ENV}|train|{seed}|{sample}" for seed in range(SEED, SEED + EPISODES) for sample in range(GROUP)}
 
 
 def command(model: Path, out: Path, *extra: str) -> list[str]:
     """One rollout command; two episodes in flight so a kill lands while most are still to play."""
-    return ["rollout", "--env", ENV, "--env-kwargs", "level=1", "--model", str(model), "--episodes", str(EPISODES),
+    return ["rollout", "--env", ENV, "--env-kwargs", "families=meta", "--model", str(model), "--episodes", str(EPISODES),
             "--group-size", str(GROUP), "--seed", str(SEED), "--max-turns", "4", "--max-new-tokens", "8",
             "--env-workers", "0", "--max-in-flight", "2", "--quiet", "--out", str(out), *extra]
 
@@ -69,8 +69,7 @@ def assert_equals_reference(path: Path, reference: dict[str, Trajectory]) -> Non
 
 @pytest.fixture(scope="module")
 def reference(tiny_model_dir, tmp_path_factory) -> tuple[Path, dict[str, Trajectory]]:
-    """The uninterrupted run (it also generates the games, so later runs find them cached)."""
-    pytest.importorskip("textworld")
+    """The uninterrupted run."""
     from agentkit.cli import main
 
     out = tmp_path_factory.mktemp("reference") / "whole.jsonl"
@@ -80,7 +79,6 @@ def reference(tiny_model_dir, tmp_path_factory) -> tuple[Path, dict[str, Traject
     return out, {t.id: t for t in trajectories}
 
 
-@pytest.mark.textworld
 def test_sigkill_then_resume_completes_without_duplicates(tiny_model_dir, reference, tmp_path):
     out = tmp_path / "killed.jsonl"
     at_least = 3
@@ -113,7 +111,6 @@ def test_sigkill_then_resume_completes_without_duplicates(tiny_model_dir, refere
     assert_equals_reference(out, reference[1])
 
 
-@pytest.mark.textworld
 def test_torn_last_line_is_set_aside_and_its_episode_replayed(tiny_model_dir, reference, tmp_path, capsys):
     lines = reference[0].read_bytes().splitlines(keepends=True)
     kept, fragment = b"".join(lines[:13]), lines[13][: len(lines[13]) // 2]
@@ -130,7 +127,6 @@ def test_torn_last_line_is_set_aside_and_its_episode_replayed(tiny_model_dir, re
     assert_equals_reference(out, reference[1])
 
 
-@pytest.mark.textworld
 def test_a_parsable_last_line_without_its_newline_counts_as_torn(reference, tmp_path):
     """The writer sets aside everything after the last newline, so resume must not count it as played."""
     from agentkit.rollout.config import RolloutConfig
@@ -139,8 +135,8 @@ def test_a_parsable_last_line_without_its_newline_counts_as_torn(reference, tmp_
     lines = reference[0].read_bytes().splitlines(keepends=True)
     out = tmp_path / "t.jsonl"
     out.write_bytes(b"".join(lines[:2]) + lines[2].rstrip(b"\n"))
-    cfg = RolloutConfig(env=ENV, env_kwargs={"level": 1}, episodes=EPISODES, group_size=GROUP, seed=SEED, max_turns=4,
-                        max_new_tokens=8, out=str(out), resume=True)
+    cfg = RolloutConfig(env={"id": ENV, "kwargs": {"families": "meta"}, "max_turns": 4}, sampling={"max_new_tokens": 8},
+                        episodes=EPISODES, group_size=GROUP, seed=SEED, out=str(out), resume=True)
     plan = plan_resume(cfg, out)
     assert plan.done == 2 and plan.torn_bytes == len(lines[2]) - 1
     third = json.loads(lines[2])
@@ -148,30 +144,28 @@ def test_a_parsable_last_line_without_its_newline_counts_as_torn(reference, tmp_
     assert len(plan.remaining) == len(EXPECTED_IDS) - 2
 
 
-@pytest.mark.textworld
 def test_nothing_left_to_play_exits_zero(tiny_model_dir, reference, tmp_path, capsys):
     out = tmp_path / "done.jsonl"
     shutil.copy(reference[0], out)
     with out.open("ab") as f:
-        f.write(b'{"id": "textworld/co')
+        f.write(b'{"id": "vaults/vaul')
     with pytest.warns(TornLineWarning, match="moved it to .*done.jsonl.torn"):
         code, stdout, _ = run_in_process(command(tiny_model_dir, out, "--resume"), capsys)
     assert code == 0
     assert f"nothing to resume: {out} already holds all {len(EXPECTED_IDS)} trajectories" in stdout
     assert out.read_bytes() == reference[0].read_bytes(), "only the torn line went (to .torn)"
-    assert (tmp_path / "done.jsonl.torn").read_bytes() == b'{"id": "textworld/co\n'
+    assert (tmp_path / "done.jsonl.torn").read_bytes() == b'{"id": "vaults/vaul\n'
 
 
-@pytest.mark.textworld
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
         (["--temperature", "0.5"], r"sampling\.temperature \(--temperature\) is 1\.0 in the file \(line 1\) but 0\.5"),
         (["--seed", "4", "--episodes", "2"], r"sampling\.seed \(--seed\) is 3 in the file .* but 4"),
         (["--max-new-tokens", "12"], r"sampling\.max_new_tokens \(--max-new-tokens\) is 8 in the file .* but 12"),
-        (["--split", "eval"], r"split \(--split\) is 'train' in the file .* but 'eval'"),
+        (["--split", "dev"], r"split \(--split\) is 'train' in the file .* but 'dev'"),
         (["--context", "window"], r"context_mode \(--context\) is 'chat' in the file .* but 'window'"),
-        (["--env", "textworld/simple-v0"], r"env \(--env\) is 'textworld/coin-v0'"),
+        (["--env", "textworld/simple-v0"], r"env \(--env\) is 'vaults/vaults-v0'"),
         (["--max-turns", "1"], r"turns, more than this command's --max-turns 1"),
         (["--episodes", "1"], r"task seed \d, sample \d, which this command does not play .*task seeds 3\.\.3"),
         (["--group-size", "2"], r"which this command does not play .*samples 0\.\.1\)"),
@@ -194,7 +188,6 @@ def test_mismatched_command_is_refused_and_the_file_untouched(tiny_model_dir, re
     assert not (tmp_path / "t.jsonl.torn").exists()
 
 
-@pytest.mark.textworld
 def test_mismatch_from_the_command_line_exits_2(tiny_model_dir, reference, tmp_path):
     out = tmp_path / "t.jsonl"
     shutil.copy(reference[0], out)
@@ -204,7 +197,6 @@ def test_mismatch_from_the_command_line_exits_2(tiny_model_dir, reference, tmp_p
     assert out.read_bytes() == reference[0].read_bytes()
 
 
-@pytest.mark.textworld
 def test_a_duplicated_episode_is_refused(tiny_model_dir, reference, tmp_path, capsys):
     lines = reference[0].read_bytes().splitlines(keepends=True)
     out = tmp_path / "t.jsonl"

@@ -26,11 +26,12 @@ def _cli(*args: str, env: dict[str, str], timeout: int = 600) -> subprocess.Comp
                           timeout=timeout)
 
 
-def _coin_server(tiny_model_dir: Path, api_key: str) -> FaultServer:
+def _vault_server(tiny_model_dir: Path, api_key: str) -> FaultServer:
+    """Always answers amber vaults' right exit."""
     from agentkit.rollout.hf_backend import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model_dir)
-    answer = tokenizer.encode("<action>take coin</action>", add_special_tokens=False)
+    answer = tokenizer.encode("<action>go anchor</action>", add_special_tokens=False)
     answer.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
     return FaultServer(reply=lambda prompt, body: list(answer), api_key=api_key,
                        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
@@ -52,25 +53,23 @@ def _files_holding(marker: bytes, roots: list[Path]) -> tuple[list[Path], list[P
 
 
 @pytest.mark.slow  # a rollout and a training run through the CLI (about a minute on two cores)
-@pytest.mark.textworld
 def test_the_api_key_is_used_but_never_written(tiny_model_dir, tmp_path, agentkit_cache):
-    pytest.importorskip("textworld")
     pytest.importorskip("openai")
     marker = f"sk-agentkit-marker-{secrets.token_hex(16)}"
     env = dict(os.environ, OPENAI_API_KEY=marker)
     keyless = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     outputs: list[str] = []
-    with _coin_server(tiny_model_dir, api_key=marker) as server:
+    with _vault_server(tiny_model_dir, api_key=marker) as server:
         # a rollout against a server that wants the key
         rollout_dir = tmp_path / "rollout"
         result = _cli("rollout", "--backend", "openai", "--base-url", server.url, "--model", str(tiny_model_dir),
-                      "--env", "textworld/coin-v0", "--env-kwargs", "level=1", "--env-workers", "0", "--episodes", "2",
+                      "--env", "vaults/vaults-v0", "--env-kwargs", "families=amber", "--env-workers", "0", "--episodes", "2",
                       "--max-turns", "2", "--max-new-tokens", "16", "--out", str(rollout_dir / "t.jsonl"), env=env)
         outputs += [result.stdout, result.stderr]
         assert result.returncode == 0, result.stderr[-3000:]
         # without the key the server refuses, and the error says where the key is read from
         refused = _cli("rollout", "--backend", "openai", "--base-url", server.url, "--model", str(tiny_model_dir),
-                       "--env", "textworld/coin-v0", "--out", str(rollout_dir / "refused.jsonl"), env=keyless)
+                       "--env", "vaults/vaults-v0", "--out", str(rollout_dir / "refused.jsonl"), env=keyless)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr
         assert "HTTP 401" in refused.stderr and "$OPENAI_API_KEY only (which is not set)" in refused.stderr
         assert not (rollout_dir / "refused.jsonl").exists()
@@ -78,10 +77,10 @@ def test_the_api_key_is_used_but_never_written(tiny_model_dir, tmp_path, agentki
         # a training run whose teacher is the same server (prompt_logprobs with the key)
         run = tmp_path / "train"
         result = _cli("train", "--objective", "opd", "--teacher", f"openai:{server.url}#tiny", "--env",
-                      "textworld/coin-v0", "--model", str(tiny_model_dir), "--out", str(run), "--steps", "1",
-                      "--group-size", "2", "--tasks-per-step", "1", "--quiet", "--set", "env.kwargs={level: 1}",
+                      "vaults/vaults-v0", "--model", str(tiny_model_dir), "--out", str(run), "--steps", "1",
+                      "--group-size", "2", "--tasks-per-step", "1", "--quiet", "--set", "env.kwargs={families: amber}",
                       "--set", "env.max_turns=2", "--set", "eval.episodes=1", "--set", "eval.every=0",
-                      "--set", "rollout.max_new_tokens=8", "--set", "checkpoint.every=1", env=env)
+                      "--set", "sampling.max_new_tokens=8", "--set", "checkpoint.every=1", env=env)
         outputs += [result.stdout, result.stderr]
         assert result.returncode == 0, result.stderr[-3000:]
     # the key was in play: every request the server answered carried it
@@ -206,16 +205,14 @@ def _checkpoint_problems(checkpoints: Path) -> list[str]:
     return problems
 
 
-@pytest.mark.textworld
 def test_checkpoints_hold_only_safe_formats(tiny_model_dir, tmp_path):
-    pytest.importorskip("textworld")
     from agentkit.train import train
     from agentkit.train_config import load_config
 
     run = tmp_path / "run"
-    cfg = load_config(None, ["env.id=textworld/coin-v0", "env.kwargs.level=1", "env.max_turns=2", "eval.episodes=1",
+    cfg = load_config(None, ["env.id=vaults/vaults-v0", "env.max_turns=2", "eval.episodes=1",
                              "eval.every=0", "rollout.tasks_per_step=1", "rollout.group_size=2",
-                             "rollout.max_new_tokens=8", "train.steps=1", "checkpoint.every=1",
+                             "sampling.max_new_tokens=8", "train.steps=1", "checkpoint.every=1",
                              f"model={tiny_model_dir}", f"out={run}"])
     train(cfg, show_progress=False)
     assert (run / "checkpoints" / "step-1" / "model.safetensors").exists()

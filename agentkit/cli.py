@@ -265,7 +265,8 @@ def cmd_demos(args: argparse.Namespace) -> int:
     seeds = tqdm(range(cfg.seed, cfg.seed + cfg.episodes), desc=f"demos {cfg.env.id}", unit="ep", disable=args.quiet)
     written, lost = write_demonstrations(
         make_env, tokenizer, out, env_id=cfg.env.id, seeds=seeds, split=cfg.split, mode=mode,
-        context=cfg.context, model=str(cfg.model or "expert"))
+        context=cfg.context.mode, window=cfg.context.window, show_admissible=cfg.context.show_admissible,
+        system_prompt=cfg.context.system_prompt, model=str(cfg.model or "expert"))
     print(f"wrote {written} expert demonstrations to {out}" + (f" ({lost} lost episodes skipped)" if lost else ""))
     return 0
 

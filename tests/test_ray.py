@@ -248,7 +248,7 @@ def test_train_with_ray_env_workers_equals_in_process(ray_cluster, cluster_env, 
     pytest.importorskip("textworld")
     base = ["train", "--objective", "grpo", "--env", ENV, "--model", str(tiny_model_dir), "--steps", "1",
             "--group-size", "2", "--tasks-per-step", "2", "--quiet", "--set", "env.kwargs={level: 2}",
-            "--set", "eval.episodes=2", "--set", "env.max_turns=3", "--set", "rollout.max_new_tokens=8"]
+            "--set", "eval.episodes=2", "--set", "env.max_turns=3", "--set", "sampling.max_new_tokens=8"]
     runs = {}
     # training runs two pools (train and eval split) of env.workers actors each: 2 on the 2-CPU cluster
     for name, extra in (("ray", ["--set", f"env.ray={ray_cluster}", "--set", "env.workers=1"]), ("local", [])):
@@ -263,7 +263,8 @@ def test_cli_refuses_an_address_nothing_listens_at(cluster_env, tiny_model_dir, 
     out = tmp_path / "never.jsonl"
     address = f"127.0.0.1:{_free_port()}"
     started = time.time()
-    done = _cli(["rollout", "--ray", address, "--model", str(tiny_model_dir), "--out", str(out), "--quiet"], cluster_env)
+    done = _cli(["rollout", "--ray", address, "--env-workers", "2", "--model", str(tiny_model_dir), "--out", str(out),
+                 "--quiet"], cluster_env)
     assert done.returncode == 2, done.stderr[-3000:]
     assert f"Ray address '{address}' (--ray): nothing answers at {address}" in done.stderr
     assert "ray start --head" in done.stderr
@@ -276,8 +277,9 @@ def test_settings_errors(monkeypatch):
 
     from agentkit.core.config import build_config
 
-    with pytest.raises(ConfigError, match=r"--ray runs the environments in Ray actors, but --env-workers 0"):
-        build_config(RolloutConfig, {"ray": "auto", "env_workers": 0})
+    with pytest.raises(ConfigError, match=r"env.ray \(--ray\) runs the environments in Ray actors, but env.workers "
+                                          r"\(--env-workers\) is 0"):
+        build_config(RolloutConfig, {"env": {"ray": "auto", "workers": 0}})
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # the check runs before ray.init
     with pytest.raises(ConfigError, match=r"expected auto, local, HOST:PORT"):
         connect("my-cluster")
@@ -291,7 +293,7 @@ def test_cli_rollout_on_a_local_cluster(cluster_env, tiny_model_dir, tmp_path):
     """--ray local starts a cluster inside the CLI's process and stops it on exit."""
     pytest.importorskip("textworld")
     out = tmp_path / "local.jsonl"
-    done = _cli(["rollout", "--ray", "local", "--env", ENV, "--env-kwargs", "level=2", "--episodes", "2",
+    done = _cli(["rollout", "--ray", "local", "--env-workers", "2", "--env", ENV, "--env-kwargs", "level=2", "--episodes", "2",
                  "--max-turns", "2", "--max-new-tokens", "8", "--model", str(tiny_model_dir), "--out", str(out),
                  "--quiet"], cluster_env)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -60,7 +60,8 @@ from agentkit.rollout import EpisodeSpec
 from agentkit.rollout.collector import RolloutStats
 from agentkit.rollout.hf_backend import HFBackend, load_causal_lm, load_tokenizer
 from agentkit.rollout.run import (
-    env_factory,
+    capped_episodes,
+    check_env_settings,
     held_out_split,
     make_collector,
     make_envs,
@@ -193,8 +194,11 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
             return cfg, run_dir, None
         return cfg, run_dir, last
     cfg = resolve_defaults(cfg)
-    # bad environment settings fail here, before the run folder is written
-    env_factory(cfg.env.id, split=cfg.eval.split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)().close()
+    # bad environment settings fail here, before the run folder is written; evaluation plays at
+    # most the tasks the held-out split holds
+    episodes = capped_episodes(0, cfg.eval.episodes, check_env_settings(cfg.env, cfg.eval.split),
+                               what="eval.episodes", split=cfg.eval.split)
+    cfg = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"episodes": episodes})})
     if run_dir.exists() and any(run_dir.iterdir()):
         if not _never_started(run_dir):
             raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, "

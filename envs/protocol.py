@@ -65,3 +65,12 @@ def task_index(seed: Any, num_tasks: int, *, family: str, split: str) -> int:
     if isinstance(seed, bool) or not 0 <= index < num_tasks:
         raise ConfigError(f"{family} task seeds for split {split!r} run from 0 to {num_tasks - 1}, got {seed!r}.")
     return index
+
+
+@runtime_checkable
+class FiniteTasks(Protocol):
+    """An optional capability: the environment's split holds a fixed number of tasks (reset seeds
+    0 .. num_tasks - 1), e.g. the questions of a QA file. Commands cap their episode counts at it."""
+
+    @property
+    def num_tasks(self) -> int: ...

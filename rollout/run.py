@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentkit.envs import make
+from agentkit.envs.protocol import FiniteTasks
 from agentkit.envs.registry import lookup
 from agentkit.rollout.backend import SamplingParams
 from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats, resolve_sampling
@@ -72,6 +74,31 @@ def held_out_split(env_id: str) -> str:
     from agentkit.envs import env_info
 
     return env_info(env_id).eval_split
+
+
+def check_env_settings(env: EnvSettings, split: str) -> int | None:
+    """Build one environment of ``split`` and close it, so bad settings fail before anything is
+    played or written; return how many tasks the split holds when the environment says
+    (``FiniteTasks``), else None."""
+    probe = env_factory(env.id, split=split, max_turns=env.max_turns, env_kwargs=env.kwargs)()
+    try:
+        base = probe.unwrapped
+        return base.num_tasks if isinstance(base, FiniteTasks) else None
+    finally:
+        probe.close()
+
+
+def capped_episodes(first_seed: int, episodes: int, available: int | None, *, what: str, split: str) -> int:
+    """``episodes``, or fewer when the split holds fewer tasks from ``first_seed`` on (a note says so)."""
+    if available is None or first_seed + episodes <= available:
+        return episodes
+    left = max(0, available - first_seed)
+    if left == 0:
+        raise ConfigError(f"{what}: split {split!r} holds {available} tasks (seeds 0..{available - 1}); "
+                          f"--seed {first_seed} is past them. Use a lower --seed.")
+    print(f"{what}: split {split!r} holds {available} tasks, so {left} episodes are played instead of {episodes}.",
+          file=sys.stderr)
+    return left
 
 
 def make_envs(env: EnvSettings, split: str) -> EnvRunner:
@@ -250,8 +277,7 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
     backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
     if plan is not None:
         check_resumed_model(plan, backend.name)
-    make_env = env_factory(cfg.env.id, split=cfg.split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
-    make_env().close()  # bad env settings fail here, before the output file is touched
+    check_env_settings(cfg.env, cfg.split)  # bad env settings fail here, before the output file is touched
     envs = make_envs(cfg.env, cfg.split)
     collector = make_collector(backend, envs, env=cfg.env, split=cfg.split, sampling=sampling, context=cfg.context,
                                skills=skills, max_in_flight=cfg.max_in_flight)
@@ -276,12 +302,13 @@ def run_eval(cfg, model_dir: Path, *, out: Path | None = None, progress=None, sk
     ``EvalConfig`` with the environment's defaults filled in); with ``out``, the trajectories are
     written there (``cfg.append`` / ``cfg.overwrite`` as for rollout)."""
     lookup(cfg.env.id)
+    # bad env settings fail here, before anything is played or written; a split of N tasks plays at most N
+    episodes = capped_episodes(cfg.seed, cfg.episodes, check_env_settings(cfg.env, cfg.split), what="eval",
+                               split=cfg.split)
     backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
-    make_env = env_factory(cfg.env.id, split=cfg.split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
-    make_env().close()  # bad env settings fail here, before anything is played or written
     collector = make_collector(backend, make_envs(cfg.env, cfg.split), env=cfg.env, split=cfg.split,
                                sampling=sampling_params(cfg.sampling, cfg.seed), context=cfg.context, skills=skills)
-    specs = [EpisodeSpec(seed) for seed in range(cfg.seed, cfg.seed + cfg.episodes)]
+    specs = [EpisodeSpec(seed) for seed in range(cfg.seed, cfg.seed + episodes)]
     try:
         if out is None:
             return collector.run(specs, lambda trajectory: None, progress=progress)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 
 class Settings(BaseModel):
@@ -144,17 +144,31 @@ class OpenAIBackendSettings(Settings):
     max_response_bytes: int = Field(64 * 2**20, gt=0, description="Largest answer accepted, in bytes.")
 
 
-def _backend_kind(value: Any) -> str:
-    """The variant of a backend section: its ``kind``, ``hf`` when not given."""
+def _backend_section(value: Any) -> Any:
+    """``backend: vllm`` (or ``--set backend=vllm``) is short for ``backend: {kind: vllm}``; an
+    empty section is the default backend."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return {"kind": value}
+    return value
+
+
+def _backend_kind(value: Any) -> str | None:
+    """The variant of a backend section: its ``kind``, ``hf`` when not given (None: not a section)."""
     if isinstance(value, dict):
         return value.get("kind", "hf")
-    return value.kind  # an instance of one of the variants
+    if isinstance(value, (HFBackendSettings, VLLMBackendSettings, OpenAIBackendSettings)):
+        return value.kind
+    return None
 
 
 BackendSettings = Annotated[
     Annotated[HFBackendSettings, Tag("hf")] | Annotated[VLLMBackendSettings, Tag("vllm")]
     | Annotated[OpenAIBackendSettings, Tag("openai")],
-    Discriminator(_backend_kind),
+    Discriminator(_backend_kind, custom_error_type="backend_kind",
+                  custom_error_message="backend must be a section with kind: hf, vllm or openai"),
+    BeforeValidator(_backend_section),
 ]
 BACKEND_VARIANTS: tuple[type[Settings], ...] = (HFBackendSettings, VLLMBackendSettings, OpenAIBackendSettings)
 

@@ -39,11 +39,23 @@ def build_teacher_and_judge(capabilities: Capabilities, *, teacher_spec: str | N
         if spec is None:
             raise ConfigError(f"objective {objective!r} distills from a separate teacher model: pass --teacher "
                               "model:DIR (teacher.spec), or --teacher self.")
-        teacher = make_teacher(spec, policy=policy, tokenizer=tokenizer, bank=bank, privileged=privileged)
+        teacher = make_teacher(resolve_teacher_spec(spec), policy=policy, tokenizer=tokenizer, bank=bank, privileged=privileged)
     judge = None
     if capabilities.needs_judge:
         judge = make_judge(capabilities.judge or "teacher", teacher, capabilities.judge_template, tokenizer=tokenizer)
     return teacher, judge
+
+
+def resolve_teacher_spec(spec: str) -> str:
+    """``model:RUN_DIR`` / ``vllm:RUN_DIR`` name the run's newest checkpoint; a folder that is not
+    there fails at once, naming it (never a hub lookup)."""
+    from agentkit.models import resolve_model_dir
+    from agentkit.teachers import split_spec
+
+    name, arg = split_spec(spec)
+    if name in ("model", "vllm") and arg:
+        return f"{name}:{resolve_model_dir(arg, flag=f'--teacher {name}:')}"
+    return spec
 
 
 @torch.no_grad()

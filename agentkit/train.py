@@ -68,7 +68,7 @@ from agentkit.rollout.run import (
     resolve_env,
     sampling_params,
 )
-from agentkit.scoring import build_teacher_and_judge, score_step
+from agentkit.scoring import build_teacher_and_judge, resolve_teacher_spec, score_step
 from agentkit.signals import episode_signals
 from agentkit.train_config import TrainConfig, TrainSection, dump_config, load_config
 
@@ -194,6 +194,13 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
             return cfg, run_dir, None
         return cfg, run_dir, last
     cfg = resolve_defaults(cfg)
+    # a mistyped model or teacher folder fails at once, naming it, before anything is written
+    from agentkit.models import resolve_model_dir
+
+    if cfg.model:
+        resolve_model_dir(cfg.model)
+    if cfg.teacher.spec:
+        resolve_teacher_spec(cfg.teacher.spec)
     # bad environment settings fail here, before the run folder is written; evaluation plays at
     # most the tasks the held-out split holds
     episodes = capped_episodes(0, cfg.eval.episodes, check_env_settings(cfg.env, cfg.eval.split),

@@ -138,7 +138,7 @@ def test_a_full_context_is_not_an_env_error(backend):
 
 
 FLAKY = [f"env.id={ENV_ID}", "env.kwargs={}", "env.max_turns=2", "rollout.tasks_per_step=1", "rollout.group_size=4",
-         "rollout.max_new_tokens=8", "eval.every=0", "eval.episodes=2", "checkpoint.every=1", "checkpoint.keep=3"]
+         "sampling.max_new_tokens=8", "eval.every=0", "eval.episodes=2", "checkpoint.every=1", "checkpoint.keep=3"]
 
 
 def test_training_stops_after_n_env_failures_in_a_row_counted_across_steps(tiny_model_dir, tmp_path):
@@ -147,7 +147,7 @@ def test_training_stops_after_n_env_failures_in_a_row_counted_across_steps(tiny_
     from agentkit.train_config import load_config
 
     run = tmp_path / "run"
-    cfg = load_config(None, [*FLAKY, "env.kwargs.fail=all", "rollout.group_size=2", "env.max_consecutive_errors=3",
+    cfg = load_config(None, [*FLAKY, "env.kwargs.fail=all", "rollout.group_size=2", "env.max_errors=3",
                              "train.steps=3", f"model={tiny_model_dir}", f"out={run}"])
     with pytest.raises(EnvError, match="failed 3 episodes in a row"):
         train(cfg, show_progress=False)

@@ -180,11 +180,17 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 
     from agentkit.envs import status
 
+    from agentkit.envs import env_info
+
     table = Table(title="agentkit environments")
-    for col in ("id", "status", "description", "from"):
+    for col in ("id", "status", "settings", "turns", "splits (held out)", "description", "from"):
         table.add_column(col)
     for row in status():
-        table.add_row(row.id, "installed" if row.available else "[red]unavailable[/red]", row.detail, row.distribution)
+        info = env_info(row.id)
+        settings = " ".join(f"{k}={v}" for k, v in info.kwargs.items())
+        splits = ", ".join(info.splits) + f" ({info.eval_split})"
+        table.add_row(row.id, "installed" if row.available else "[red]unavailable[/red]", settings,
+                      str(info.max_turns), splits, row.detail, row.distribution)
     _stdout_console().print(table)
     return 0
 

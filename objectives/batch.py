@@ -122,7 +122,7 @@ def trajectory_rows(trajectories: Sequence[Trajectory]) -> list[_Row]:
     """One row per episode (chat) or per turn (window), response positions marked."""
     rows = []
     for episode, traj in enumerate(trajectories):
-        if traj.context_mode == "chat":
+        if traj.one_sequence:
             ids, response, old, turns = [], [], [], []
             for t, turn in enumerate(traj.turns):
                 ids += turn.context_ids + turn.response_ids

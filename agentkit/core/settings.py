@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from agentkit.core.trajectory import ContextMode
+
 
 class Settings(BaseModel):
     """Base of every settings model: unknown keys are errors."""
@@ -79,7 +81,7 @@ class SamplingSettings(GenerationSettings):
 class ContextSettings(Settings):
     """What the model sees each turn."""
 
-    mode: Literal["chat", "window"] = Field("chat", json_schema_extra=flag("--context"),
+    mode: ContextMode = Field("chat", json_schema_extra=flag("--context"),
                                             description="chat: one growing conversation (token-exact); window: a "
                                                         "fresh prompt each turn with the task and the last turns.")
     window: int = Field(3, ge=0, description="Turns of history in window mode.")

@@ -20,6 +20,9 @@ from agentkit.core.errors import TrajectoryFormatError
 
 SCHEMA_VERSION = 1
 ContextMode = Literal["chat", "window"]
+# whether a context mode's turns form one growing token sequence (chat: turn t's input is every
+# earlier turn's context + response) or each turn is a prompt of its own (window)
+ONE_SEQUENCE: dict[str, bool] = {"chat": True, "window": False}
 
 # The dataclasses below are the schema: a field's type and default say what a record may hold and
 # whether it may be left out (``_schema``). Field metadata says the rest of how it is stored:
@@ -123,6 +126,11 @@ class Trajectory:
     schema_version: int = field(default=SCHEMA_VERSION, metadata={REQUIRED: True})
     # files without task types stay readable by earlier versions
     task_type: str | None = field(default=None, metadata={OMIT_NONE: True})
+
+    @property
+    def one_sequence(self) -> bool:
+        """Its turns concatenate into the one sequence the model saw (``ONE_SEQUENCE``)."""
+        return ONE_SEQUENCE[self.context_mode]
 
     @property
     def num_tokens(self) -> int:

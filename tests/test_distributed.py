@@ -27,7 +27,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 # Four episodes in three minibatches (2, 1, 1): in two of them one rank has no episode at all.
 SETTINGS = ["env.id=textworld/coin-v0", "env.kwargs.level=3", "env.max_turns=4", "env.workers=0",
             "eval.episodes=2", "eval.every=0", "checkpoint.every=1", "objective.name=grpo",
-            "objective.args.kl_coef=0.01", "objective.args.invalid_action_penalty=0.1", "rollout.temperature=1.0",
+            "objective.args.kl_coef=0.01", "objective.args.invalid_action_penalty=0.1", "sampling.temperature=1.0",
             "rollout.tasks_per_step=2", "rollout.group_size=2", "train.minibatches=3", "seed=3"]
 # seed 3: both steps have won and lost episodes (gradient norms ~0.9 and ~1.3). With seed 0 every
 # step-1 episode is won, so the update is the KL term alone, whose gradient is float noise (~1e-6 on

@@ -15,16 +15,18 @@ vault of the family.
 - Phrasings: ``go star``, ``take the star exit``, ``go through the star door``, ``enter star``,
   ``open the star door`` and plain ``star`` are the same action (``PHRASINGS``); the admissible
   list gives the canonical ``go <marker>`` / ``go back``. Anything else is invalid: it spends a move
-  and changes nothing else.
+  and changes nothing else. (Model text without an ``<action>`` tag never reaches the environment:
+  the action parser answers it without a move; the registered turn limit, 8, bounds those turns.)
 - Rewards are per step: ``1/chambers`` for each chamber passed (``rewards="dense"``), or 1.0 for
   the last one only (``"sparse"``); a won episode returns 1.0 either way.
 - Families: ``META_FAMILIES`` (for teaching a policy to read skills) and ``TARGET_FAMILIES`` (held
   out for RL), chosen with ``families="meta" | "target" | "all"`` or a list of names. Seed ``s``
   plays family ``s mod len(families)``, so consecutive seeds cycle through the families.
 - Splits: ``train``, ``dev`` and ``test`` are disjoint seed ranges of ``SEEDS_PER_SPLIT`` tasks
-  each (the layouts are drawn from ``split offset + seed``). ``eval``, the held-out split the
-  trainer evaluates on by default, is the ``dev`` range: training curves are dev curves, and
-  ``test`` is only played when asked for by name.
+  each (the layouts are drawn from ``split offset + seed``). The registration names ``dev`` the
+  held-out split that training evaluates on, so training curves are dev curves and ``test`` is
+  played only when asked for by name; ``eval``, the name other environments use for their
+  held-out split, is accepted as an alias of ``dev``.
 - ``info['task_type']`` is the family, so skills with ``applies_to: [vaults:<family>]`` reach its
   tasks only.
 """

@@ -107,6 +107,13 @@ def test_a_backend_option_of_another_backend_is_refused_naming_its_backend():
     assert _parse("rollout", "--backend", "openai", "--base-url", "http://127.0.0.1:8000/v1").backend.base_url
 
 
+def test_backend_short_forms():
+    assert load_config(None, ["backend=vllm"]).backend.kind == "vllm"  # --set backend=vllm
+    assert load_config(None, ["backend=null"]).backend.kind == "hf"  # an empty section: the default
+    with pytest.raises(ConfigError, match=r"backend: must be hf, vllm or openai \(--backend\)"):
+        load_config(None, ["backend=[1]"])
+
+
 def test_an_old_key_names_its_new_one(tmp_path):
     old = tmp_path / "old.yaml"
     old.write_text("rollout:\n  context: window\n  max_new_tokens: 8\nenv:\n  eval_split: eval\n")

@@ -97,7 +97,7 @@ def settings_of(model: type[BaseModel], prefix: str = "") -> list[Setting]:
 def _pairs(values: list[str], flag: str) -> dict[str, Any]:
     """``KEY=VALUE`` words (values read as YAML), or one JSON object, into a dict."""
     if len(values) == 1 and values[0].lstrip().startswith("{"):
-        return _json_object(values[0])
+        return _json_object(values[0], flag)
     return dict(parse_assignment(v, flag=flag, form="key=value", example="level=3") for v in values)
 
 
@@ -143,16 +143,16 @@ def settings_from_args(args: argparse.Namespace, model: type[BaseModel]) -> dict
     return given
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def _json_object(text: str, flag: str) -> dict[str, Any]:
     import json
 
+    fix = f"write {flag} KEY=VALUE [KEY=VALUE ...] or one JSON object such as '{{\"key\": 1}}'"
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ConfigError(f"not JSON ({err.msg} at character {err.pos}): {text!r}; "
-                          'write an object such as \'{"dtype": "float32"}\' or KEY=VALUE pairs') from err
+        raise ConfigError(f"{flag} {text!r}: not JSON ({err.msg} at character {err.pos}); {fix}.") from err
     if not isinstance(value, dict):
-        raise ConfigError(f"expected a JSON object ({{...}}) or KEY=VALUE pairs, got {text!r}")
+        raise ConfigError(f"{flag} {text!r}: not a JSON object; {fix}.")
     return value
 
 
@@ -239,9 +239,11 @@ def validate_settings(model: type[BaseModel], data: dict[str, Any], *, renamed: 
                 problems.append(_unknown_key_message(tuple(e["loc"]), model, renamed or {}))
                 continue
             key = ".".join(str(p) for p in loc)
-            shown = f"{flags[key]} ({key})" if key in flags else key or "settings"
             message = e["msg"].removeprefix("Value error, ")
-            problems.append(f"{shown}: {message}" if key else message)
+            if key in flags:
+                problems.append(f"{flags[key]} ({key}): {message}")
+            else:  # a check across a section's settings: its message names them
+                problems.append(message if e["type"] == "value_error" or not key else f"{key}: {message}")
         raise ConfigError(f"Invalid {what}:\n  " + "\n  ".join(problems)) from err
 
 

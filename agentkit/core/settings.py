@@ -169,7 +169,7 @@ BackendSettings = Annotated[
     Annotated[HFBackendSettings, Tag("hf")] | Annotated[VLLMBackendSettings, Tag("vllm")]
     | Annotated[OpenAIBackendSettings, Tag("openai")],
     Discriminator(_backend_kind, custom_error_type="backend_kind",
-                  custom_error_message="backend must be a section with kind: hf, vllm or openai"),
+                  custom_error_message="must be hf, vllm or openai (--backend), or a section with that kind"),
     BeforeValidator(_backend_section),
 ]
 BACKEND_VARIANTS: tuple[type[Settings], ...] = (HFBackendSettings, VLLMBackendSettings, OpenAIBackendSettings)

@@ -178,9 +178,7 @@ def _print_summary(console, env_id: str, stats, out: Path | None, *, resumed=Non
 def cmd_envs_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from agentkit.envs import status
-
-    from agentkit.envs import env_info
+    from agentkit.envs import env_info, status
 
     table = Table(title="agentkit environments")
     for col in ("id", "status", "settings", "turns", "splits (held out)", "description", "from"):
@@ -259,10 +257,11 @@ def cmd_demos(args: argparse.Namespace) -> int:
     _quiet_hf()
     from agentkit.rollout.demos import write_demonstrations
     from agentkit.rollout.hf_backend import load_tokenizer
-    from agentkit.rollout.run import check_output, env_factory
+    from agentkit.rollout.run import check_env_settings, check_output, env_factory
 
     out = Path(cfg.out)
     check_output(out, append=cfg.append, overwrite=cfg.overwrite)
+    check_env_settings(cfg.env, cfg.split, range(cfg.seed, cfg.seed + cfg.episodes))  # bad settings fail now
     tokenizer = load_tokenizer(_model_dir(cfg.model))
     make_env = env_factory(cfg.env.id, split=cfg.split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
     mode = "append" if cfg.append else "overwrite" if cfg.overwrite else "new"

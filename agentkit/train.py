@@ -203,9 +203,11 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         resolve_teacher_spec(cfg.teacher.spec)
     # bad environment settings fail here, before the run folder is written; evaluation plays at
     # most the tasks the held-out split holds
-    episodes = capped_episodes(0, cfg.eval.episodes, check_env_settings(cfg.env, cfg.eval.split),
+    episodes = capped_episodes(0, cfg.eval.episodes, check_env_settings(cfg.env, cfg.eval.split, range(cfg.eval.episodes)),
                                what="eval.episodes", split=cfg.eval.split)
     cfg = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"episodes": episodes})})
+    if not cfg.train.demos:  # the run's training tasks, made now where they are made on first use
+        check_env_settings(cfg.env, "train", range(cfg.train.steps * cfg.rollout.tasks_per_step))
     if run_dir.exists() and any(run_dir.iterdir()):
         if not _never_started(run_dir):
             raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import operator
 import os
+from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 INFO_KEYS = ("task", "admissible_actions", "action_valid", "won", "score", "privileged")
@@ -74,3 +75,11 @@ class FiniteTasks(Protocol):
 
     @property
     def num_tasks(self) -> int: ...
+
+
+@runtime_checkable
+class PreparesTasks(Protocol):
+    """An optional capability: the environment can build the tasks of some seeds up front (games
+    generated on first use), showing progress, rather than one by one at each first reset."""
+
+    def prepare(self, seeds: Iterable[int]) -> None: ...

@@ -17,14 +17,14 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from agentkit.envs import make
-from agentkit.envs.protocol import FiniteTasks
+from agentkit.envs.protocol import FiniteTasks, PreparesTasks
 from agentkit.envs.registry import lookup
 from agentkit.rollout.backend import SamplingParams
 from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats, resolve_sampling
@@ -76,14 +76,19 @@ def held_out_split(env_id: str) -> str:
     return env_info(env_id).eval_split
 
 
-def check_env_settings(env: EnvSettings, split: str) -> int | None:
+def check_env_settings(env: EnvSettings, split: str, seeds: Iterable[int] = ()) -> int | None:
     """Build one environment of ``split`` and close it, so bad settings fail before anything is
     played or written; return how many tasks the split holds when the environment says
-    (``FiniteTasks``), else None."""
+    (``FiniteTasks``), else None. An environment that builds its tasks up front (``PreparesTasks``:
+    games generated on first use) builds those of ``seeds`` now, with progress."""
     probe = env_factory(env.id, split=split, max_turns=env.max_turns, env_kwargs=env.kwargs)()
     try:
         base = probe.unwrapped
-        return base.num_tasks if isinstance(base, FiniteTasks) else None
+        available = base.num_tasks if isinstance(base, FiniteTasks) else None
+        seeds = [seed for seed in seeds if available is None or seed < available]
+        if seeds and isinstance(base, PreparesTasks):
+            base.prepare(seeds)
+        return available
     finally:
         probe.close()
 
@@ -277,7 +282,8 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
     backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
     if plan is not None:
         check_resumed_model(plan, backend.name)
-    check_env_settings(cfg.env, cfg.split)  # bad env settings fail here, before the output file is touched
+    # bad env settings fail here, before the output file is touched; first-use games are made now
+    check_env_settings(cfg.env, cfg.split, sorted({spec.seed for spec in specs}))
     envs = make_envs(cfg.env, cfg.split)
     collector = make_collector(backend, envs, env=cfg.env, split=cfg.split, sampling=sampling, context=cfg.context,
                                skills=skills, max_in_flight=cfg.max_in_flight)
@@ -303,8 +309,8 @@ def run_eval(cfg, model_dir: Path, *, out: Path | None = None, progress=None, sk
     written there (``cfg.append`` / ``cfg.overwrite`` as for rollout)."""
     lookup(cfg.env.id)
     # bad env settings fail here, before anything is played or written; a split of N tasks plays at most N
-    episodes = capped_episodes(cfg.seed, cfg.episodes, check_env_settings(cfg.env, cfg.split), what="eval",
-                               split=cfg.split)
+    episodes = capped_episodes(cfg.seed, cfg.episodes, check_env_settings(
+        cfg.env, cfg.split, range(cfg.seed, cfg.seed + cfg.episodes)), what="eval", split=cfg.split)
     backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
     collector = make_collector(backend, make_envs(cfg.env, cfg.split), env=cfg.env, split=cfg.split,
                                sampling=sampling_params(cfg.sampling, cfg.seed), context=cfg.context, skills=skills)

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from agentkit.envs import register
 
 from agentkit.cli import main
-from agentkit.envs import register
 
 SMALL = ["--env", "vaults/vaults-v0", "--tasks-per-step", "1", "--group-size", "2", "--eval-episodes", "1",
          "--max-new-tokens", "8", "--quiet"]

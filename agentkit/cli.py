@@ -182,7 +182,7 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 
     table = Table(title="agentkit environments")
     for col in ("id", "status", "settings", "turns", "splits (held out)", "description", "from"):
-        table.add_column(col, overflow="fold", no_wrap=col == "id")  # ids and names whole, never cut
+        table.add_column(col, overflow="fold", no_wrap=col in ("id", "status", "turns", "from"))  # names whole, never cut
     for row in status():
         info = env_info(row.id)
         settings = " ".join(f"{k}={v}" for k, v in info.kwargs.items())

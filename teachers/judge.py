@@ -21,9 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from agentkit.objectives.scores import LABELS, Judgments
-
 from agentkit.core.errors import ConfigError
+from agentkit.core.scores import LABELS, Judgments
 from agentkit.core.trajectory import Trajectory
 
 DEFAULT_TEMPLATE = Path(__file__).parent / "templates" / "judge.txt"

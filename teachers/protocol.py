@@ -7,13 +7,15 @@ A teacher plugin (entry-point group ``agentkit.teachers``) is a factory
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agentkit.objectives.batch import TokenBatch
-from agentkit.objectives.scores import TeacherScores
 from agentkit.rollout.backend import GenerationBackend
 
+from agentkit.core.scores import TeacherScores
 from agentkit.core.trajectory import Trajectory
+
+if TYPE_CHECKING:  # the batch layout objectives build; teachers only read its tensors
+    from agentkit.objectives.batch import TokenBatch
 
 MEMBERS = ("name", "tokenizer", "score", "generation_backend")
 

@@ -43,23 +43,46 @@ RUN_SETTINGS = ("env.id", "env.kwargs", "env.max_turns", "context.mode", "contex
                 "context.system_prompt", "sampling.max_new_tokens")
 
 
-def _run_settings(model: str | None, keys: set[str]) -> dict:
-    """When ``--model`` is a training run folder, the settings its policy was trained with (its
-    config.yaml), as defaults under everything given; a note says so."""
-    if not model or not (Path(model) / "config.yaml").is_file():
+def _run_folder(model: str | None) -> Path | None:
+    """The training run a ``--model`` path belongs to: the run folder itself, or the run of one of
+    its ``checkpoints/step-N`` folders; None for any other model folder."""
+    if not model:
+        return None
+    path = Path(model)
+    for candidate in (path, path.parent.parent if path.parent.name == "checkpoints" else None):
+        if candidate is not None and (candidate / "config.yaml").is_file():
+            return candidate
+    return None
+
+
+def _run_settings(model: str | None, keys: set[str], given: dict) -> dict:
+    """When ``--model`` is (a checkpoint of) a training run, the settings its policy was trained
+    with, as defaults under everything given; a note says so. Its environment settings only when
+    the same environment is played, and its skills when the policy saw them in its prompt."""
+    run = _run_folder(model)
+    if run is None:
         return {}
+    from agentkit.objectives import capabilities_of
     from agentkit.train_config import load_config
 
-    saved = load_config(Path(model) / "config.yaml")
+    saved = load_config(run / "config.yaml")
+    wanted = list(RUN_SETTINGS)
+    if given.get("env.id", saved.env.id) != saved.env.id:
+        wanted = [key for key in wanted if not key.startswith("env.")]
+    if capabilities_of(saved.objective.name).policy_sees_skills and (run / "skillbank.yaml").is_file():
+        wanted += ["skills.retrieval", "skills.k", "skills.args"]
     base = {}
-    for key in RUN_SETTINGS:
+    for key in wanted:
         if key in keys:
             node = saved
             for part in key.split("."):
                 node = getattr(node, part)
             base[key] = node
-    print(f"--model {model}: playing with the run's settings from {Path(model) / 'config.yaml'} "
-          f"({base.get('env.id')}, {base.get('context.mode')} context); flags given override them.", file=sys.stderr)
+    if "skills.k" in base:
+        base["skills.bank"] = str(run / "skillbank.yaml")  # the run's own bank, with its statistics
+    shown = ", ".join(f"{key}={base[key]}" for key in ("env.id", "context.mode", "skills.bank") if key in base)
+    print(f"--model {model}: playing with the settings of the run {run} ({shown}); flags given override them.",
+          file=sys.stderr)
     return base
 
 
@@ -68,7 +91,8 @@ def _settings(args: argparse.Namespace, model, *, what: str):
 
     values = settings_from_args(args, model)
     policy = values.get("model") or dict(parse_assignment(item) for item in args.set or []).get("model")
-    base = _run_settings(policy, {row.key for row in settings_of(model)})
+    given = {**dict(parse_assignment(item) for item in args.set or []), **values}
+    base = _run_settings(policy, {row.key for row in settings_of(model)}, given)
     return load_settings(model, args.config, args.set, values, what=what, base=base)
 
 
@@ -124,10 +148,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
                                  skills=policy_selector(cfg.skills, env_id=cfg.env.id, seed=cfg.seed))
     except KeyboardInterrupt:
         bar.close()
-        again = " ".join(["agentkit", *sys.argv[1:]] if "--out" in sys.argv else ["agentkit", *sys.argv[1:], "--out", str(out)])
-        again = again if "--resume" in again else again + " --resume"
-        print(f"agentkit: interrupted; the finished episodes are in {out}. Complete the rollout with: {again}",
-              file=sys.stderr)
+        print(f"agentkit: interrupted; {_interrupted_note(cfg, out)}", file=sys.stderr)
         return 130
     finally:
         bar.close()
@@ -139,6 +160,18 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     _print_summary(console, cfg.env.id, stats, out, resumed=plans[0] if plans else None)
     console.print(f"next: agentkit view {out} --out report.html  (browse the episodes)")
     return 0
+
+
+def _interrupted_note(cfg, out: Path) -> str:
+    """Where an interrupted rollout left its episodes, and how to go on."""
+    if cfg.overwrite:  # the new file replaces the old one only once it is complete
+        return f"{out} was not replaced (--overwrite keeps the old file until the new one is complete)."
+    if cfg.append:
+        return (f"the episodes that finished were appended to {out}; --resume does not apply to an appended file: "
+                "rerun with --append and the seeds still missing (--seed, --episodes).")
+    argv = [arg for arg in sys.argv[1:] if arg != "--resume"]
+    again = " ".join(["agentkit", *argv, *([] if "--out" in argv else ["--out", str(out)]), "--resume"])
+    return f"the finished episodes are in {out}. Complete the rollout with: {again}"
 
 
 def _torn_note(plan) -> str:

@@ -100,6 +100,12 @@ def _truncate_jsonl(path: Path, last_step: int) -> None:
     os.replace(tmp, path)
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     """Write a whole file at once (temporary name, then renamed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,8 +181,9 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         # only the length of the run may change on resume: from the command line when --steps was
         # given (``given`` lists what was); from a config built in Python (``given`` None) always
         given = {"train.steps": cfg.train.steps} if given is None else dict(given)
-        if "train.steps" in given:
+        if "train.steps" in given and cfg.train.steps != original.train.steps:
             original = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
+            _write_atomic(saved, dump_config(original))  # the new length holds for a later --resume too
         flags = {row.key: row.flag for row in settings_of(TrainConfig)}
         ignored = [f"{flags[key]} ({key})" if key in flags else key
                    for key in sorted(given) if key not in ("train.steps", "out")]
@@ -185,6 +192,9 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
                   + ", ".join(ignored), file=sys.stderr)
         cfg = original
         last = steps[-1] if steps else 0
+        if last >= cfg.train.steps:
+            print(f"--resume: {run_dir} already has its {cfg.train.steps} steps (checkpoint step-{last}); nothing to "
+                  f"do. Pass --steps N (N > {last}) to train it further.", file=sys.stderr)
         _drop_lost_steps(run_dir, last)
         if not steps:  # stopped before its first checkpoint: the same run again from its initial model
             for name in ("metrics.jsonl", "eval.jsonl"):

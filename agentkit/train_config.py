@@ -17,32 +17,30 @@ from pydantic import Field, model_validator
 
 from agentkit.core.config import describe_settings, load_settings
 from agentkit.core.settings import (
-    BackendSettings,
     ContextSettings,
     EnvSettings,
     SamplingSettings,
     Settings,
     SkillSettings,
+    TrainBackendSettings,
     backend_default,
     flag,
 )
 from agentkit.rollout.config import MODEL_HELP
 
-_Section = Settings
 
-
-class RolloutSection(_Section):
+class RolloutSection(Settings):
     tasks_per_step: int = Field(4, gt=0, description="Tasks sampled per training step.")
     group_size: int = Field(4, gt=0, description="Episodes per task (GRPO groups).")
 
 
-class ObjectiveSection(_Section):
+class ObjectiveSection(Settings):
     name: str = Field("grpo", json_schema_extra=flag("--objective"), description="Objective (agentkit objectives list).")
     args: dict[str, Any] = Field(default_factory=dict, json_schema_extra=flag("--objective-args"),
                                  description="The objective's own settings (agentkit train --help-config --objective NAME).")
 
 
-class TeacherSection(_Section):
+class TeacherSection(Settings):
     spec: str | None = Field(None, json_schema_extra=flag("--teacher"),
                              description="Teacher for distillation objectives: self | model:DIR | vllm:DIR | "
                                          "openai:URL[#MODEL] | a plugin (default: the objective's own).")
@@ -51,7 +49,7 @@ class TeacherSection(_Section):
         description="Privileged context shown to the teacher (default: skills for self, none for model).")
 
 
-class TrainSection(_Section):
+class TrainSection(Settings):
     steps: int = Field(20, gt=0, description="Training steps (one rollout batch each).")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
@@ -65,7 +63,7 @@ class TrainSection(_Section):
     max_bad_updates: int = Field(3, ge=0, description="Stop the run after this many optimizer updates in a row had a NaN/inf loss or gradient (each is skipped, and counted as skipped_updates in metrics.jsonl). 0 = never stop.")
 
 
-class EvalSection(_Section):
+class EvalSection(Settings):
     every: int = Field(5, ge=0, json_schema_extra=flag("--eval-every"),
                        description="Evaluate every N steps (0 = only at the end).")
     episodes: int = Field(16, gt=0, json_schema_extra=flag("--eval-episodes"),
@@ -74,17 +72,17 @@ class EvalSection(_Section):
                               description="Held-out split for evaluation (default: the environment's).")
 
 
-class CheckpointSection(_Section):
+class CheckpointSection(Settings):
     every: int = Field(5, ge=0, json_schema_extra=flag("--checkpoint-every"),
                        description="Checkpoint every N steps (0 = only at the end).")
     keep: int = Field(2, gt=0, json_schema_extra=flag("--checkpoint-keep"), description="Checkpoints kept (oldest removed).")
 
 
-class LogSection(_Section):
+class LogSection(Settings):
     signal_episodes: int = Field(4, ge=0, description="Episodes per step whose per-token teacher signals (teacher logprob, teacher-student gap, top-1 confidence, SDAR gate, SAGE-OPD turn labels) go to RUN_DIR/signals/step-N.jsonl for agentkit view; the trajectory files stay as they are. 0 = none.")
 
 
-class TrainConfig(_Section):
+class TrainConfig(Settings):
     model: str | None = Field(None, description=MODEL_HELP)
     out: str = Field("runs/train", description="Run folder.")
     seed: int = Field(0, ge=0, description="Seeds task sampling, sampling and initialization order.")
@@ -92,7 +90,7 @@ class TrainConfig(_Section):
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
-    backend: BackendSettings = Field(default_factory=backend_default)
+    backend: TrainBackendSettings = Field(default_factory=backend_default)
     objective: ObjectiveSection = Field(default_factory=ObjectiveSection)
     teacher: TeacherSection = Field(default_factory=TeacherSection)
     skills: SkillSettings = Field(default_factory=SkillSettings)
@@ -120,9 +118,10 @@ class TrainConfig(_Section):
         from agentkit.skillbank.retrieval import REGISTRY as RETRIEVERS
 
         RETRIEVERS.spec(self.skills.retrieval)  # unknown name -> did you mean
-        if self.backend.kind == "openai":
-            raise ValueError("training samples with its own weights: backend.kind (--backend) must be hf or vllm; "
-                             "an openai server is for agentkit rollout and eval.")
+        if self.backend.kind == "hf" and self.backend.device != "cpu":
+            raise ValueError(f"--device {self.backend.device} (backend.device): one training process trains and samples "
+                             "on the CPU; accelerators come from a launcher (accelerate launch or torchrun, see "
+                             "docs/scaling.md), or sample with --backend vllm. Drop --device.")
         if self.train.minibatches > self.rollout.tasks_per_step * self.rollout.group_size:
             raise ValueError("train.minibatches is larger than the number of episodes per step.")
         return self

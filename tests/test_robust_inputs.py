@@ -526,7 +526,7 @@ def test_bad_config_file_names_file_and_line(tmp_path, text, message):
         ("train.lr=2001-13-45", r"not valid YAML \(cannot read '2001-13-45'"),
         ("seed=" + "[" * 600, r"not valid YAML"),
         ("train.lr", r"--set expects section.key=value"),
-        ("backend=7", r"backend: must be hf, vllm or openai \(--backend\)"),  # backend=vllm is short for its kind
+        ("backend=7", r"backend: training samples with the weights it trains: hf or vllm \(--backend\)"),  # backend=vllm is short for its kind
     ],
     ids=["unclosed", "bad-date", "deep", "no-equals", "backend-not-a-section"],
 )

@@ -75,6 +75,10 @@ def test_a_shared_flag_sets_the_same_key_in_every_command_that_has_it(key):
             continue
         row = rows[key]
         argv = [f"--no-{row.flag[2:]}"] if typed is None else [row.flag, typed]
+        if command == "train" and key == "backend.device":
+            with pytest.raises(ConfigError, match=r"--device cuda \(backend.device\): one training process"):
+                _parse(command, row.flag, typed)
+            continue
         workers = ["--env-workers", "1"] if key == "env.ray" else []
         cfg = _parse(command, *argv, *workers)
         assert _get(cfg, key) == expected, (command, key)
@@ -86,8 +90,10 @@ def test_a_shared_flag_sets_the_same_key_in_every_command_that_has_it(key):
 
 def test_training_takes_the_vllm_backend_and_refuses_a_server():
     assert _parse("train", "--backend", "vllm", "--vllm-args", "dtype=float32").backend.args == {"dtype": "float32"}
-    with pytest.raises(ConfigError, match="must be hf or vllm"):
-        _parse("train", "--backend", "openai", "--base-url", "http://127.0.0.1:1/v1")
+    with pytest.raises(ConfigError, match=r"training samples with the weights it trains: hf or vllm \(--backend\)"):
+        load_config(None, ["backend.kind=openai", "backend.base_url=http://127.0.0.1:1/v1"])
+    with pytest.raises(SystemExit):  # train has no server options: argparse refuses them
+        build_parser().parse_args(["train", "--base-url", "http://127.0.0.1:1/v1"])
 
 
 def test_flags_win_over_set_which_wins_over_the_file(tmp_path):
@@ -110,8 +116,10 @@ def test_a_backend_option_of_another_backend_is_refused_naming_its_backend():
 def test_backend_short_forms():
     assert load_config(None, ["backend=vllm"]).backend.kind == "vllm"  # --set backend=vllm
     assert load_config(None, ["backend=null"]).backend.kind == "hf"  # an empty section: the default
-    with pytest.raises(ConfigError, match=r"backend: must be hf, vllm or openai \(--backend\)"):
+    with pytest.raises(ConfigError, match=r"backend: training samples with the weights it trains: hf or vllm"):
         load_config(None, ["backend=[1]"])
+    with pytest.raises(ConfigError, match=r"backend: must be hf, vllm or openai \(--backend\)"):
+        load_settings(RolloutConfig, None, ["backend=[1]"])
 
 
 def test_an_old_key_names_its_new_one(tmp_path):
@@ -139,7 +147,9 @@ def test_environment_defaults_come_from_its_registration():
     cfg = resolve_defaults(load_config(None, [], {"env.id": "vaults/vaults-v0"}))
     info = env_info("vaults/vaults-v0")
     assert cfg.env.max_turns == info.max_turns and cfg.eval.split == info.eval_split == held_out_split(cfg.env.id)
-    assert cfg.env.kwargs == {}  # the registration's own settings apply inside make(), not copied here
+    assert cfg.env.kwargs == info.kwargs  # recorded as played
+    coin = resolve_env(load_config(None, ["env.kwargs.goal=brief"]).env)
+    assert coin.kwargs["level"] == env_info("textworld/coin-v0").kwargs["level"] and coin.kwargs["goal"] == "brief"
     assert resolve_env(cfg.env.model_copy(update={"max_turns": 3})).max_turns == 3  # given: kept
 
 

@@ -98,7 +98,7 @@ def test_a_run_folder_as_model_plays_with_the_runs_settings(tmp_path, capsys, co
     out = tmp_path / "t.jsonl"
     assert main([command, "--model", str(run), "--episodes", "1", "--out", str(out), "--quiet"]) == 0
     captured = capsys.readouterr()
-    assert "playing with the run's settings" in captured.err
+    assert "playing with the settings of the run" in captured.err
     record = json.loads(out.read_text().splitlines()[0])
     assert record["env"] == "vaults/vaults-v0" and record["context_mode"] == "window"
     assert "checkpoints/step-1" in captured.err  # the run's newest checkpoint is the policy

@@ -172,6 +172,14 @@ BackendSettings = Annotated[
                   custom_error_message="must be hf, vllm or openai (--backend), or a section with that kind"),
     BeforeValidator(_backend_section),
 ]
+# training samples with the weights it trains: no server backend
+TrainBackendSettings = Annotated[
+    Annotated[HFBackendSettings, Tag("hf")] | Annotated[VLLMBackendSettings, Tag("vllm")],
+    Discriminator(_backend_kind, custom_error_type="backend_kind",
+                  custom_error_message="training samples with the weights it trains: hf or vllm (--backend); an "
+                                       "openai server is for agentkit rollout and eval"),
+    BeforeValidator(_backend_section),
+]
 BACKEND_VARIANTS: tuple[type[Settings], ...] = (HFBackendSettings, VLLMBackendSettings, OpenAIBackendSettings)
 
 

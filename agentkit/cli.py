@@ -13,12 +13,6 @@ from pathlib import Path
 from agentkit.core.errors import AgentkitError, ConfigError
 
 
-def _parse_kv(pairs: list[str]) -> dict:
-    from agentkit.core.config import parse_assignment
-
-    return dict(parse_assignment(pair, flag="--env-kwargs", form="key=value", example="level=10") for pair in pairs)
-
-
 def _quiet_hf() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers.utils import logging as hf_logging
@@ -188,10 +182,10 @@ def _stdout_console():
     return console
 
 
-def _print_summary(console, env_id: str, stats, out: Path | None, *, resumed=None) -> None:
+def _print_summary(console, env_id: str, stats, out: Path | None, *, resumed=None, command: str = "rollout") -> None:
     from rich.table import Table
 
-    table = Table(title=f"agentkit rollout: {env_id}")
+    table = Table(title=f"agentkit {command}: {env_id}")
     for col in ("episodes", "success rate", "mean return", "mean turns", "invalid actions", "tokens/s", "env steps/s"):
         table.add_column(col, justify="right")
     table.add_row(str(stats.episodes), f"{stats.success_rate:.1%}", f"{stats.mean_return:.3f}", f"{stats.mean_turns:.1f}",
@@ -217,11 +211,14 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
     for col in ("id", "status", "settings", "turns", "splits (held out)", "description", "from"):
         table.add_column(col, overflow="fold", no_wrap=col in ("id", "status", "turns", "from"))  # names whole, never cut
     for row in status():
-        info = env_info(row.id)
-        settings = " ".join(f"{k}={v}" for k, v in info.kwargs.items())
-        splits = ", ".join(info.splits) + f" ({info.eval_split})"
+        try:
+            info = env_info(row.id)
+        except AgentkitError:  # a broken plugin: its row says what is wrong
+            info = None
+        settings = " ".join(f"{k}={v}" for k, v in info.kwargs.items()) if info else ""
+        splits = ", ".join(info.splits) + f" ({info.eval_split})" if info else ""
         table.add_row(row.id, "installed" if row.available else "[red]unavailable[/red]", settings,
-                      str(info.max_turns), splits, row.detail, row.distribution)
+                      str(info.max_turns) if info else "", splits, row.detail, row.distribution)
     _stdout_console().print(table)
     return 0
 
@@ -229,9 +226,10 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 def cmd_envs_check(args: argparse.Namespace) -> int:
     import time
 
+    from agentkit.core.config import parse_pairs
     from agentkit.envs import check_env, make, play_expert
 
-    env = make(args.id, **_parse_kv(args.env_kwargs or []))
+    env = make(args.id, **(parse_pairs(args.env_kwargs, "--env-kwargs") if args.env_kwargs else {}))
     try:
         check_env(env, seed=args.seed)
         print(f"{args.id}: check_env passed")
@@ -330,7 +328,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                          skills=policy_selector(cfg.skills, env_id=cfg.env.id, seed=cfg.seed))
     finally:
         bar.close()
-    _print_summary(_stdout_console(), f"{cfg.env.id} ({cfg.split}, greedy)", stats, out)
+    _print_summary(_stdout_console(), f"{cfg.env.id} ({cfg.split}, greedy)", stats, out, command="eval")
     return 0
 
 
@@ -423,6 +421,7 @@ def cmd_skills_extract(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from agentkit import __version__
+    from agentkit.core.settings import SkillSettings
     from agentkit.rollout.config import DemosConfig, EvalConfig, RolloutConfig
     from agentkit.train_config import TrainConfig
 
@@ -500,8 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = skills.add_parser("retrieve", help="The skills a retriever picks for a task.")
     p.add_argument("bank", help="Bank file or starter name.")
     p.add_argument("--task", required=True, help="Task text.")
-    p.add_argument("--strategy", default="keyword", help="ucb | keyword | full | random (or a plugin).")
-    p.add_argument("-k", type=int, default=3, help="Skills to return.")
+    p.add_argument("--strategy", default=SkillSettings.model_fields["retrieval"].default,
+                   help="ucb | keyword | full | random (or a plugin); the default is that of --retrieval.")
+    p.add_argument("-k", type=int, default=SkillSettings.model_fields["k"].default, help="Skills to return.")
     p.add_argument("--env", help="Only skills that apply to this environment id.")
     p.add_argument("--task-type", help="Only skills for this task type (e.g. pick_heat_then_place).")
     p.add_argument("--seed", type=int, default=0, help="Seed of the random retriever.")

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from agentkit.core.settings import SamplingSettings, default
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -28,10 +30,10 @@ class SamplingParams:
         seed: seeds the backend's sampler.
     """
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 48
+    temperature: float = default(SamplingSettings, "temperature")
+    top_p: float = default(SamplingSettings, "top_p")
+    top_k: int = default(SamplingSettings, "top_k")
+    max_new_tokens: int = default(SamplingSettings, "max_new_tokens")
     stop: tuple[str, ...] | None = None
     seed: int = 0
 

@@ -188,7 +188,7 @@ class Collector:
         if max_consecutive_errors < 0:
             raise ConfigError(f"max_consecutive_errors must be >= 0 (0 = no limit), got {max_consecutive_errors}.")
         self.backend = backend
-        self.envs: EnvRunner = envs if hasattr(envs, "submit") else InProcessEnvs(envs)
+        self.envs: EnvRunner = envs if isinstance(envs, EnvRunner) else InProcessEnvs(envs)
         self.env_id = env_id
         self.split = split
         fmt = action_format or env_info(env_id).action_format

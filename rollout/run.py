@@ -14,6 +14,7 @@ checked; they are the caller's to repeat.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -281,27 +282,26 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
             return RolloutStats(), out
         specs = list(plan.remaining)
 
-    backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
-    if plan is not None:
-        check_resumed_model(plan, backend.name)
-    # bad env settings fail here, before the output file is touched; first-use games are made now
+    # bad env settings fail here, before a model is loaded or the output file touched; first-use games are made now
     check_env_settings(cfg.env, cfg.split, sorted({spec.seed for spec in specs}))
-    envs = make_envs(cfg.env, cfg.split)
-    collector = make_collector(backend, envs, env=cfg.env, split=cfg.split, sampling=sampling, context=cfg.context,
-                               skills=skills, max_in_flight=cfg.max_in_flight)
-    mode = "append" if cfg.append or cfg.resume else "overwrite" if cfg.overwrite else "new"
-    try:
-        writer = TrajectoryWriter(out, mode=mode)
-    except AgentkitError:
-        raise
-    except OSError as err:
-        raise ConfigError(f"Cannot write {out}: {err}") from err
-    try:
+    with contextlib.ExitStack() as resources:  # whatever was built is closed, however this ends
+        backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
+        resources.callback(backend.close)
+        if plan is not None:
+            check_resumed_model(plan, backend.name)
+        envs = make_envs(cfg.env, cfg.split)
+        resources.callback(envs.close)
+        collector = make_collector(backend, envs, env=cfg.env, split=cfg.split, sampling=sampling, context=cfg.context,
+                                   skills=skills, max_in_flight=cfg.max_in_flight)
+        mode = "append" if cfg.append or cfg.resume else "overwrite" if cfg.overwrite else "new"
+        try:
+            writer = TrajectoryWriter(out, mode=mode)
+        except AgentkitError:
+            raise
+        except OSError as err:
+            raise ConfigError(f"Cannot write {out}: {err}") from err
         with writer:
             stats = collector.run(specs, writer.write, progress=progress)
-    finally:
-        collector.close()
-        backend.close()
     return stats, out
 
 
@@ -313,15 +313,15 @@ def run_eval(cfg, model_dir: Path, *, out: Path | None = None, progress=None, sk
     # bad env settings fail here, before anything is played or written; a split of N tasks plays at most N
     episodes = capped_episodes(cfg.seed, cfg.episodes, check_env_settings(
         cfg.env, cfg.split, range(cfg.seed, cfg.seed + cfg.episodes)), what="eval", split=cfg.split)
-    backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
-    collector = make_collector(backend, make_envs(cfg.env, cfg.split), env=cfg.env, split=cfg.split,
-                               sampling=sampling_params(cfg.sampling, cfg.seed), context=cfg.context, skills=skills)
     specs = [EpisodeSpec(seed) for seed in range(cfg.seed, cfg.seed + episodes)]
-    try:
+    with contextlib.ExitStack() as resources:  # whatever was built is closed, however this ends
+        backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
+        resources.callback(backend.close)
+        envs = make_envs(cfg.env, cfg.split)
+        resources.callback(envs.close)
+        collector = make_collector(backend, envs, env=cfg.env, split=cfg.split,
+                                   sampling=sampling_params(cfg.sampling, cfg.seed), context=cfg.context, skills=skills)
         if out is None:
             return collector.run(specs, lambda trajectory: None, progress=progress)
         with TrajectoryWriter(out, mode="append" if cfg.append else "overwrite" if cfg.overwrite else "new") as writer:
             return collector.run(specs, writer.write, progress=progress)
-    finally:
-        collector.close()
-        backend.close()

@@ -24,9 +24,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from agentkit.envs.protocol import Env
+
+from agentkit.core.settings import EnvSettings, default
+
+STEP_TIMEOUT_S: float = default(EnvSettings, "step_timeout")  # a step taking longer counts as a hang
 
 Op = Literal["reset", "step"]
 
@@ -50,6 +54,7 @@ class EnvResult:
     elapsed_s: float
 
 
+@runtime_checkable
 class EnvRunner(Protocol):
     """Asynchronous access to a set of environment slots (one episode at a time per slot)."""
 
@@ -228,7 +233,7 @@ class WorkerPool:
         start_method: multiprocessing start method ("spawn" is safe with torch threads).
     """
 
-    def __init__(self, make_env: Callable[[], Env], num_workers: int = 2, *, step_timeout_s: float = 60.0,
+    def __init__(self, make_env: Callable[[], Env], num_workers: int, *, step_timeout_s: float = STEP_TIMEOUT_S,
                  reset_timeout_s: float = 600.0, start_method: str = "spawn") -> None:
         if num_workers <= 0:
             raise ValueError(f"num_workers must be positive, got {num_workers}")
@@ -342,7 +347,7 @@ class WorkerPool:
             worker.kill()
 
 
-def make_env_runner(make_env: Callable[[], Env], workers: int, *, ray: str | None = None, step_timeout_s: float = 60.0,
+def make_env_runner(make_env: Callable[[], Env], workers: int, *, ray: str | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
                     reset_timeout_s: float = 600.0) -> EnvRunner:
     """The environment runner a rollout asked for: Ray actors, worker processes, or this process.
 

@@ -275,11 +275,11 @@ def test_cli_refuses_an_address_nothing_listens_at(cluster_env, tiny_model_dir, 
 def test_settings_errors(monkeypatch):
     from agentkit.rollout.config import RolloutConfig
 
-    from agentkit.core.config import build_config
+    from agentkit.core.config import validate_settings
 
     with pytest.raises(ConfigError, match=r"env.ray \(--ray\) runs the environments in Ray actors, but env.workers "
                                           r"\(--env-workers\) is 0"):
-        build_config(RolloutConfig, {"env": {"ray": "auto", "workers": 0}})
+        validate_settings(RolloutConfig, {"env": {"ray": "auto", "workers": 0}})
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # the check runs before ray.init
     with pytest.raises(ConfigError, match=r"expected auto, local, HOST:PORT"):
         connect("my-cluster")

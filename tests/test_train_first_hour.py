@@ -79,7 +79,10 @@ def test_resume_keeps_the_run_length_and_names_what_it_ignores(tmp_path, capsys)
     assert main(["train", "--out", str(run), "--resume", "--steps", "2", "--quiet"]) == 0
     assert _steps(run) == [1, 2]
     saved = (run / "config.yaml").read_text()
-    assert "lr: 0.0003" in saved and "steps: 1" in saved  # the file keeps the run's own settings
+    assert "lr: 0.0003" in saved and "steps: 2" in saved  # the new length is the run's now; lr stays its own
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume", "--quiet"]) == 0  # a finished run: nothing to do
+    assert "already has its 2 steps" in capsys.readouterr().err and _steps(run) == [1, 2]
 
 
 def test_bad_env_settings_fail_before_the_run_folder_is_written(tmp_path, capsys):

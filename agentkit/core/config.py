@@ -94,7 +94,7 @@ def settings_of(model: type[BaseModel], prefix: str = "") -> list[Setting]:
     return rows
 
 
-def _pairs(values: list[str], flag: str) -> dict[str, Any]:
+def parse_pairs(values: list[str], flag: str) -> dict[str, Any]:
     """``KEY=VALUE`` words (values read as YAML), or one JSON object, into a dict."""
     if len(values) == 1 and values[0].lstrip().startswith("{"):
         return _json_object(values[0], flag)
@@ -138,7 +138,7 @@ def settings_from_args(args: argparse.Namespace, model: type[BaseModel]) -> dict
         key = dest.removeprefix("setting:")
         row = rows[key]
         if typing.get_origin(row.annotation) is dict or row.annotation is dict:
-            value = _pairs(value, row.flag)
+            value = parse_pairs(value, row.flag)
         given[key] = value
     return given
 
@@ -255,11 +255,6 @@ def describe_settings(model: type[BaseModel], prefix: str = "", *, flags: bool =
         shown = f"{row.flag}, " if flags else ""
         lines.append(f"  {row.key} ({shown}default {row.default!r}{owner}): {row.description}")
     return lines
-
-
-def build_config(model: type[BaseModel], values: dict[str, Any]):
-    """Validate ``values`` (field name -> value) into ``model``; any problem is a ConfigError naming the flag."""
-    return validate_settings(model, values)
 
 
 # -- YAML ---------------------------------------------------------------------------------------

@@ -34,6 +34,12 @@ def flag(name: str) -> dict[str, Any]:
     return {"flag": name}
 
 
+def default(model: type[BaseModel], name: str) -> Any:
+    """The default of setting ``name`` of ``model``: for the lower layers' own parameters, so
+    that a library call without settings behaves as the commands' defaults do."""
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
 class EnvSettings(Settings):
     """Which environment and how its episodes run."""
 

@@ -8,7 +8,7 @@ split, context mode, sampling settings with the seed, model, turns within --max-
 shown to the policy) must match, and every episode in the file must be one the command plays
 (a task seed in seed..seed+episodes-1, a sample below group_size) and appear once. Any
 difference is an error that names it and leaves the file untouched. Settings a trajectory does
-not record (--env-kwargs, --window, --show-admissible, the skill bank's contents) cannot be
+not record (--env-kwargs, --window, --show-admissible, --system-prompt, the skill bank's contents) cannot be
 checked; they are the caller's to repeat.
 """
 

@@ -33,6 +33,7 @@ from agentkit.rollout.context import EpisodeContext, format_observation, make_co
 from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 
 from agentkit.core.errors import ConfigError, EnvError
+from agentkit.core.settings import ContextSettings, EnvSettings, default
 from agentkit.core.trajectory import ContextMode, Trajectory, Turn
 
 
@@ -175,14 +176,14 @@ class Collector:
         split: str = "train",
         sampling: SamplingParams | None = None,
         context: ContextMode = "chat",
-        window: int = 3,
-        show_admissible: bool = True,
+        window: int = default(ContextSettings, "window"),
+        show_admissible: bool = default(ContextSettings, "show_admissible"),
         system_prompt: str | None = None,
         action_format: ActionFormat | None = None,
         skills: Callable[[EpisodeSpec, str, dict[str, Any]], tuple[list[str], str | None]] | None = None,
         max_in_flight: int = 0,
         batch_wait_s: float | None = None,
-        max_consecutive_errors: int = 10,
+        max_consecutive_errors: int = default(EnvSettings, "max_errors"),
         consecutive_errors: int = 0,
     ) -> None:
         if max_consecutive_errors < 0:

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from agentkit.envs.formats import ACTION_TAG
 
 from agentkit.core.errors import ConfigError, ModelError
+from agentkit.core.settings import ContextSettings, default
 from agentkit.core.trajectory import ContextMode
 
 DEFAULT_SYSTEM_PROMPT = ACTION_TAG.instruction  # the <action> format's instruction; each env's is env_info(id).action_format
@@ -151,7 +152,7 @@ class WindowContext:
 
     mode: ContextMode = "window"
 
-    def __init__(self, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM_PROMPT, window: int = 3) -> None:
+    def __init__(self, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM_PROMPT, window: int = default(ContextSettings, "window")) -> None:
         if window < 0:
             raise ValueError(f"window must be >= 0, got {window}")
         self.tokenizer = tokenizer
@@ -190,7 +191,7 @@ CONTEXT_MODES: tuple[ContextMode, ...] = ("chat", "window")
 
 
 def make_context(mode: ContextMode, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-                 window: int = 3) -> ContextBuilder:
+                 window: int = default(ContextSettings, "window")) -> ContextBuilder:
     """The builder of one context mode: ``chat`` or ``window`` (``window`` turns of history)."""
     if mode == "chat":
         return ChatContext(tokenizer, system_prompt)

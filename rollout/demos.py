@@ -19,11 +19,13 @@ from agentkit.envs.registry import env_info
 from agentkit.rollout.context import encode, format_observation, make_context
 
 from agentkit.core.errors import EnvError
+from agentkit.core.settings import ContextSettings, default
 from agentkit.core.trajectory import ContextMode, Trajectory, Turn
 
 
 def play_demonstration(env: Env, tokenizer: Any, *, env_id: str, seed: int, split: str, context: ContextMode = "chat",
-                       window: int = 3, show_admissible: bool = True, action_format: ActionFormat | None = None,
+                       window: int = default(ContextSettings, "window"),
+                       show_admissible: bool = default(ContextSettings, "show_admissible"), action_format: ActionFormat | None = None,
                        system_prompt: str | None = None, model: str = "") -> Trajectory:
     """One expert episode. ``env`` must be built with the same action parser the policy will use
     (``make(..., action_parser="format")``). ``action_format`` and ``system_prompt`` default to the

@@ -136,10 +136,7 @@ def make_backend_from(settings: BackendSettings, model_dir: Path, *, seed: int):
     """The generation backend ``settings`` describe, over ``model_dir``."""
     from agentkit.rollout.backends import make_backend
 
-    options = settings.model_dump(exclude={"kind"})
-    if settings.kind == "vllm":
-        options = {"vllm_args": options["args"]}
-    return make_backend(settings.kind, model_dir, seed=seed, **options)
+    return make_backend(settings, model_dir, seed=seed)
 
 
 def env_factory(env_id: str, *, split: str, max_turns: int, env_kwargs: dict) -> functools.partial:

@@ -158,6 +158,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 def _interrupted_note(cfg, out: Path) -> str:
     """Where an interrupted rollout left its episodes, and how to go on."""
+    if not out.exists() or out.stat().st_size == 0:
+        return f"no episode had finished; nothing was written to {out} (games made so far stay cached)."
     if cfg.overwrite:  # the new file replaces the old one only once it is complete
         return f"{out} was not replaced (--overwrite keeps the old file until the new one is complete)."
     if cfg.append:

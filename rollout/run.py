@@ -83,13 +83,14 @@ def check_env_settings(env: EnvSettings, split: str, seeds: Iterable[int] = ()) 
     """Build one environment of ``split`` and close it, so bad settings fail before anything is
     played or written; return how many tasks the split holds when the environment says
     (``FiniteTasks``), else None. An environment that builds its tasks up front (``PreparesTasks``:
-    games generated on first use) builds those of ``seeds`` now, with progress."""
+    games generated on first use) builds those of ``seeds`` now, with progress, when it steps in
+    this process (with env workers, each worker makes its own games, in parallel)."""
     probe = env_factory(env.id, split=split, max_turns=env.max_turns, env_kwargs=env.kwargs)()
     try:
         base = probe.unwrapped
         available = base.num_tasks if isinstance(base, FiniteTasks) else None
         seeds = [seed for seed in seeds if available is None or seed < available]
-        if seeds and isinstance(base, PreparesTasks):
+        if seeds and env.workers == 0 and isinstance(base, PreparesTasks):  # workers make theirs in parallel
             base.prepare(seeds)
         return available
     finally:

@@ -57,8 +57,9 @@ def test_quick_recipe_end_to_end(tmp_path):
 
     results = json.loads((out / "results.json").read_text())
     assert results["quick"] is True
-    assert results["env"] == {"id": "textworld/coin-v0", "kwargs": {"level": 3}, "eval_split": "eval",
-                              "eval_episodes": 2, "max_turns": 3}
+    # the run records its resolved settings: the recipe's level over the environment's registered defaults
+    assert results["env"] == {"id": "textworld/coin-v0", "kwargs": {"challenge": "tw-coin_collector", "level": 3},
+                              "eval_split": "eval", "eval_episodes": 2, "max_turns": 3}
     (run,) = results["runs"]
     assert run["seed"] == 0
     for stage in ("init", "sft", "grpo"):

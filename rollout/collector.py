@@ -307,7 +307,8 @@ class Collector:
             ep.turns.append(Turn(
                 observation=ep.observation, context_ids=ep.new_context, action=info.get("action"),
                 action_valid=bool(info.get("action_valid", False)), reward=float(reward), feedback=obs,
-                env_s=result.elapsed_s, error=result.error, expert_action=_expert_action(ep.info), **turn,
+                env_s=result.elapsed_s, error=result.error, expert_action=_expert_action(ep.info),
+                privileged=ep.info.get("privileged"), **turn,
             ))
             self.context.end_turn(ep.context, ep.observation, info.get("action") or turn["response_text"].strip(),
                                   turn["response_ids"])

@@ -47,12 +47,14 @@ def play_demonstration(env: Env, tokenizer: Any, *, env_id: str, seed: int, spli
         new_context = builder.next_turn(state, user_text)
         text = fmt.render(plan[0])
         response_ids = encode(tokenizer, text)
+        state_privileged = info.get("privileged")
         start = time.perf_counter()
         next_obs, reward, terminated, truncated, info = env.step(text)
         turns.append(Turn(observation=obs, context_ids=new_context, response_ids=response_ids,
                           response_logprobs=[0.0] * len(response_ids), response_text=text,
                           action=info.get("action", plan[0]), action_valid=bool(info["action_valid"]),
-                          reward=float(reward), feedback=next_obs, env_s=time.perf_counter() - start))
+                          reward=float(reward), feedback=next_obs, env_s=time.perf_counter() - start,
+                          privileged=state_privileged))
         builder.end_turn(state, obs, plan[0], response_ids)
         obs = next_obs
     group = f"{env_id}|{split}|{seed}"

@@ -39,6 +39,25 @@ def test_roundtrip_uses_documented_field_names(tmp_path):
     assert read_trajectories(path) == [make_trajectory(0), make_trajectory(1)]
 
 
+def test_per_turn_privileged_text_roundtrips_and_older_files_still_load(tmp_path):
+    from dataclasses import replace
+
+    plain = make_trajectory(0)
+    record = plain.to_dict()
+    assert all("privileged" not in turn for turn in record["turns"])  # unset: not written (older readers)
+    assert Trajectory.from_dict(record) == plain
+    turns = [replace(turn, privileged=f"Expert plan from here: step {t}") for t, turn in enumerate(plain.turns)]
+    planned = replace(plain, privileged="Expert plan from here: step 0", turns=turns)
+    path = tmp_path / "t.jsonl"
+    with TrajectoryWriter(path) as w:
+        w.write(planned)
+    assert json.loads(path.read_text())["turns"][1]["privileged"] == "Expert plan from here: step 1"
+    assert read_trajectories(path) == [planned]
+    record["turns"][0]["privileged"] = ["go west"]
+    with pytest.raises(TrajectoryFormatError, match="turn 0: field 'privileged' has type list; expected str or null"):
+        Trajectory.from_dict(record)
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [

@@ -238,7 +238,7 @@ def test_decoded_random_token_ids_through_textworld(default_tokenizer, textworld
 def make_trajectory(i: int = 0) -> Trajectory:
     turn = Turn(observation="obs", context_ids=[1, 2, 3], response_ids=[4, 5], response_logprobs=[-0.5, -1.25],
                 response_text="<action>look</action>", action="look", action_valid=True, reward=0.5, feedback="ok",
-                error=None, expert_action="look")
+                error=None, expert_action="look", privileged="Expert plan from here: look")
     return Trajectory(id=f"g{i}-0", env="demo", task="open the lock", seed=i, split="train", group=f"g{i}", sample=0,
                       turns=[turn, turn], episode_return=1.0, won=True, score=1.0, terminated=True, truncated=False,
                       model="tiny", sampling={"temperature": 1.0, "stop": ["</action>"]}, skills=["s.1"])

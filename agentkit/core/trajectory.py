@@ -52,6 +52,10 @@ class Turn:
         error: an error raised while stepping (the episode then ends truncated), else None.
         expert_action: the environment's expert action for this turn's state (its plan's next
             step), when it has one; judges and viewers compare the agent's action with it.
+        privileged: the environment's privileged text for this turn's state (``info["privileged"]``
+            of the observation the turn answered: an expert plan from here, replanned after every
+            step where the environment can); None when it gave none (a teacher then shows the
+            episode's ``Trajectory.privileged``). Written only when set.
     """
 
     observation: str
@@ -68,6 +72,8 @@ class Turn:
     env_s: float = 0.0
     error: str | None = None
     expert_action: str | None = None
+    # files without per-turn privileged text stay readable by earlier versions
+    privileged: str | None = field(default=None, metadata={OMIT_NONE: True})
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,8 @@ class Trajectory:
         model: the policy's name or path.
         sampling: the sampling settings (temperature, top_p, max_new_tokens, ...).
         context_mode: "chat" or "window".
-        privileged: text only a teacher may see (expert plan, gold answer), from reset.
+        privileged: text only a teacher may see (expert plan, gold answer), from reset (each turn's
+            own is ``Turn.privileged``).
         error: why the episode was cut, if it was cut by an error.
         skills: ids of the skills retrieved for this episode (from the run's skill bank).
         skills_in_prompt: the policy itself saw those skills (skill-conditioned policies); else
@@ -140,7 +147,7 @@ class Trajectory:
         """A JSON-ready record. Shallow: its lists are the trajectory's own (``asdict`` deep-copies
         every token list, a tenth of a small model's training step)."""
         record = {f.name: getattr(self, f.name) for f in _TRAJECTORY.fields}
-        record["turns"] = [{f.name: getattr(t, f.name) for f in _TURN.fields} for t in self.turns]
+        record["turns"] = [_turn_record(t) for t in self.turns]
         record["sampling"] = dict(self.sampling)
         for name in _TRAJECTORY.omit_none:
             if record[name] is None:
@@ -153,6 +160,14 @@ class Trajectory:
     def from_dict(cls, record: Any, *, where: str = "record") -> Trajectory:
         """Validate and build; every problem names ``where`` (file and line)."""
         return _trajectory_from_dict(record, where)
+
+
+def _turn_record(turn: Turn) -> dict[str, Any]:
+    record = {f.name: getattr(turn, f.name) for f in _TURN.fields}
+    for name in _TURN.omit_none:
+        if record[name] is None:
+            del record[name]
+    return record
 
 
 def _allowed(hint: Any) -> tuple[type, ...]:

@@ -9,7 +9,9 @@ spaces satisfies it. ``info`` always carries the keys in ``INFO_KEYS``:
   unknown commands or malformed model output; SAGE-OPD's deterministic check reads it.
 - ``won``: the episode is won.
 - ``score``: the environment's own score (cumulative, for display; rewards are differences).
-- ``privileged``: text only a teacher may see (expert plan, gold answer), or None.
+- ``privileged``: text only a teacher may see (expert plan, gold answer), or None; reported after
+  every step too, for the current state (the collector records it per turn, and a teacher shows
+  turn t the text of turn t's state).
 
 Optional keys with fixed meaning:
 

@@ -38,8 +38,9 @@ milliseconds a step; ``admissible=False`` skips them and reports None). While a 
 is open they are its numbers followed by the list of the turn before.
 
 Privileged text. ``privileged`` is the gold action sequence the simulator generates with the task
-(from the start of the episode). ``info['expert_plan']`` is what is left of it: the gold sequence
-minus the actions already played. It stays valid while the agent follows it (inputs the game
+(from the start of the episode, at every step: nothing here replans, so a teacher's per-turn block
+stays the reset's). ``info['expert_plan']`` is what is left of it: the gold sequence minus the
+actions already played. It stays valid while the agent follows it (inputs the game
 rejected, which change nothing, are allowed in between); the first other action that changes the
 game empties it, since no planner can say how to go on from there.
 

@@ -3,7 +3,8 @@
 
 Both score the student's own tokens: for each response token, the teacher's log-prob of it, the
 teacher's top-1 log-prob at that position, and optionally the top-k (or full-vocabulary)
-distribution, with the privileged block (``teachers.context``) in front of the student's ids.
+distribution, with the privileged block of the token's turn (``teachers.context``) in front of the
+student's ids.
 Scoring runs without gradients. Other backends (vLLM ``prompt_logprobs``, OpenAI-compatible
 servers) implement the same ``score`` method and plug in through ``agentkit.teachers``.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 from agentkit.skillbank.bank import SkillBank
-from agentkit.teachers.context import SOURCES, prefix_ids, privileged_text
+from agentkit.teachers.context import SOURCES, TeacherSequence, prefix_ids, privileged_text, teacher_sequences
 from agentkit.teachers.scores import TeacherScores
 
 from agentkit.core.errors import ConfigError, ModelError
@@ -64,6 +65,8 @@ class ModelTeacher:
         self.micro_batch_tokens = micro_batch_tokens
 
     def prefixes(self, trajectories: Sequence[Trajectory]) -> list[list[int]]:
+        """Each episode's privileged block at reset, as token ids (a later turn's may differ:
+        ``teacher_sequences``)."""
         return [prefix_ids(self.tokenizer, privileged_text(t, self.privileged, self.bank)) for t in trajectories]
 
     @torch.no_grad()
@@ -75,30 +78,30 @@ class ModelTeacher:
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._score(batch, self.prefixes(trajectories), topk)
+            sequences = teacher_sequences(batch, trajectories, self.privileged, self.bank, self.tokenizer)
+            return self._score(batch, sequences, topk)
         finally:
             self.model.train(was_training)
 
-    def _score(self, batch, prefixes: list[list[int]], topk: int | None) -> TeacherScores:
+    def _score(self, batch, sequences: list[TeacherSequence], topk: int | None) -> TeacherScores:
         rows, length = batch.num_rows, batch.response_mask.shape[1]
-        lengths = batch.attention_mask.sum(dim=1).tolist()
         out_lp = torch.zeros((rows, length))
         out_top1 = torch.zeros((rows, length))
         vocab = None
         support_ids = support_lp = None
-        order = sorted(range(rows), key=lambda r: len(prefixes[int(batch.episode_index[r])]) + lengths[r])
-        chunk: list[int] = []
+        order = sorted(sequences, key=lambda s: len(s.prefix) + s.length)
+        chunk: list[TeacherSequence] = []
         chunks = []
-        for r in order:
-            width = max([len(prefixes[int(batch.episode_index[j])]) + lengths[j] for j in chunk + [r]])
+        for seq in order:
+            width = max([len(s.prefix) + s.length for s in chunk + [seq]])
             if chunk and width * (len(chunk) + 1) > self.micro_batch_tokens:
                 chunks.append(chunk)
                 chunk = []
-            chunk.append(r)
+            chunk.append(seq)
         if chunk:
             chunks.append(chunk)
         for chunk in chunks:
-            seqs = [prefixes[int(batch.episode_index[r])] + batch.input_ids[r, : lengths[r]].tolist() for r in chunk]
+            seqs = [s.prefix + batch.input_ids[s.row, : s.length].tolist() for s in chunk]
             width = max(len(s) for s in seqs)
             ids = torch.zeros((len(seqs), width), dtype=torch.long)
             mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -107,9 +110,8 @@ class ModelTeacher:
                 mask[i, : len(s)] = 1
             device = next(self.model.parameters()).device
             # only the positions that predict a response token go through the output layer
-            wanted = [(i, r, len(prefixes[int(batch.episode_index[r])]) + t)
-                      for i, r in enumerate(chunk) for t in batch.response_mask[r].nonzero().squeeze(1).tolist()]
-            keep = sorted({pos for _, _, pos in wanted})
+            wanted = [(i, s.row, len(s.prefix) + t, t) for i, s in enumerate(chunk) for t in s.columns]
+            keep = sorted({pos for _, _, pos, _ in wanted})
             if not keep:
                 continue
             column = {pos: c for c, pos in enumerate(keep)}
@@ -121,11 +123,11 @@ class ModelTeacher:
                 k = vocab if topk == 0 else min(topk, vocab)
                 support_lp = torch.zeros((rows, length, k))
                 support_ids = None if topk == 0 else torch.zeros((rows, length, k), dtype=torch.long)
-            chunk_rows = torch.tensor([i for i, _, _ in wanted])
-            rows_out = torch.tensor([r for _, r, _ in wanted])
-            cols_out = torch.tensor([pos - len(prefixes[int(batch.episode_index[r])]) for _, r, pos in wanted])
+            chunk_rows = torch.tensor([i for i, _, _, _ in wanted])
+            rows_out = torch.tensor([r for _, r, _, _ in wanted])
+            cols_out = torch.tensor([t for _, _, _, t in wanted])
             # batch column t predicts input_ids[r, t+1]; in the teacher row that is position p+t
-            picked = logp[chunk_rows, torch.tensor([column[pos] for _, _, pos in wanted])]  # [N, V]
+            picked = logp[chunk_rows, torch.tensor([column[pos] for _, _, pos, _ in wanted])]  # [N, V]
             targets = batch.input_ids[rows_out, cols_out + 1]  # [N]
             out_lp[rows_out, cols_out] = picked.gather(1, targets[:, None]).squeeze(1)
             out_top1[rows_out, cols_out] = picked.max(dim=1).values

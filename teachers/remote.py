@@ -2,10 +2,10 @@
 ``openai:URL[#MODEL]`` (any OpenAI-compatible server that returns ``prompt_logprobs``, e.g. vLLM).
 
 Both score the student's tokens through ``prompt_logprobs``: the privileged block and the
-student's ids go in as one prompt, and the engine returns, per position, the log-prob of the
-actual token and of its top-k alternatives (rank 1 = the teacher's top-1). The full-vocabulary
-distribution is not available this way (engines cap k, vLLM at ``max_logprobs``): full-vocabulary
-OPD needs a local teacher (``self`` or ``model:DIR``).
+student's ids go in as one prompt (one per block, ``teachers.context.teacher_sequences``), and the
+engine returns, per position, the log-prob of the actual token and of its top-k alternatives (rank
+1 = the teacher's top-1). The full-vocabulary distribution is not available this way (engines cap
+k, vLLM at ``max_logprobs``): full-vocabulary OPD needs a local teacher (``self`` or ``model:DIR``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from agentkit.skillbank.bank import SkillBank
-from agentkit.teachers.context import SOURCES, prefix_ids, privileged_text
+from agentkit.teachers.context import SOURCES, teacher_sequences
 from agentkit.teachers.scores import TeacherScores
 
 from agentkit.core.errors import ConfigError
@@ -48,23 +48,20 @@ class PromptLogprobTeacher:
                               "set the objective's topk > 0, or use a local teacher (self, model:DIR) for the full "
                               "vocabulary.")
         k = max(1, topk or 1)
-        prefixes = [prefix_ids(self.tokenizer, privileged_text(t, self.privileged, self.bank)) for t in trajectories]
+        sequences = teacher_sequences(batch, trajectories, self.privileged, self.bank, self.tokenizer)
         rows, length = batch.num_rows, batch.response_mask.shape[1]
-        lengths = batch.attention_mask.sum(dim=1).tolist()
-        seqs = [prefixes[int(batch.episode_index[r])] + batch.input_ids[r, : lengths[r]].tolist() for r in range(rows)]
-        scored = self.backend.prompt_logprobs(seqs, k)  # [rows][position] -> {id: (logprob, rank)}
+        seqs = [s.prefix + batch.input_ids[s.row, : s.length].tolist() for s in sequences]
+        scored = self.backend.prompt_logprobs(seqs, k)  # [sequence][position] -> {id: (logprob, rank)}
         out_lp = torch.zeros((rows, length))
         out_top1 = torch.zeros((rows, length))
         support_ids = torch.zeros((rows, length, k), dtype=torch.long) if topk else None
         support_lp = torch.full((rows, length, k), -1e9) if topk else None
         mask = batch.response_mask
-        for r in range(rows):
-            p, n = len(prefixes[int(batch.episode_index[r])]), lengths[r]
-            for t in range(n - 1):
-                if not mask[r, t]:
-                    continue
+        for seq, positions in zip(sequences, scored, strict=True):
+            r, p = seq.row, len(seq.prefix)
+            for t in seq.columns:
                 # batch column t predicts input_ids[r, t+1], which sits at p+t+1 in the teacher's prompt
-                entry = scored[r][p + t + 1]
+                entry = positions[p + t + 1]
                 target = int(batch.input_ids[r, t + 1])
                 out_lp[r, t] = entry[target][0]
                 ranked = sorted((v for v in entry.items() if 0 < v[1][1] <= k), key=lambda v: v[1][1])

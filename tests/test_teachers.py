@@ -197,3 +197,185 @@ def test_a_teacher_plugin_is_checked_against_the_protocol(backend, monkeypatch):
     monkeypatch.setitem(REGISTRY._specs, "value", PluginSpec("value", 3, distribution="v"))
     with pytest.raises(PluginError, match="'value' from 'v'.*not callable"):
         make_teacher("value", policy=backend.model, tokenizer=backend.tokenizer)
+
+
+# -- privileged text per turn: the expert's plan from the state the student is in ---------------
+# Coin Collector level 103, seed 0: the route starts "go west"; "go south" leaves it (into a distractor room).
+DEVIATION = ["look", "go south", "go north", "go west"]  # the plan per turn: reset's, reset's, replanned, reset's
+
+
+class ScriptedBackend:
+    """Answers each turn with the next scripted action (the tiny model's samples never leave the
+    route on purpose); tokenizer and limits are the real backend's."""
+
+    def __init__(self, inner, actions):
+        from agentkit.envs.registry import env_info
+
+        self.tokenizer, self.name, self.max_context = inner.tokenizer, "scripted", inner.max_context
+        self.actions, self.render = list(actions), env_info("textworld/coin-v0").action_format.render
+
+    def generate(self, prompts, params, seeds=None):
+        from agentkit.rollout.backend import Generation
+        from agentkit.rollout.context import encode
+
+        out = []
+        for _ in prompts:
+            ids = encode(self.tokenizer, self.render(self.actions.pop(0)))
+            out.append(Generation(ids, [-0.5] * len(ids), "stop"))
+        return out
+
+
+@pytest.fixture(scope="module")
+def deviating(backend):
+    """The DEVIATION episode, recorded by the collector in each context mode."""
+    from agentkit.rollout import Collector, EpisodeSpec
+    from agentkit.rollout.run import env_factory
+
+    out = {}
+    for context in ("chat", "window"):
+        collector = Collector(ScriptedBackend(backend, DEVIATION), env_factory(
+            "textworld/coin-v0", split="train", max_turns=len(DEVIATION), env_kwargs={"level": 103}),
+            env_id="textworld/coin-v0", context=context)
+        collector.run([EpisodeSpec(0, 0)], lambda t, context=context: out.__setitem__(context, t))
+        assert [t.action for t in out[context].turns] == DEVIATION
+    return out
+
+
+def test_each_turn_records_the_expert_plan_from_its_own_state(deviating):
+    from agentkit.envs import make
+
+    episode = deviating["chat"]
+    plans = [turn.privileged for turn in episode.turns]
+    assert plans[0] == episode.privileged == "Expert plan from here: go west > go north > take coin"
+    assert plans[1] == plans[3] == episode.privileged  # "look" moves nowhere; "go north" is back at the start
+    assert plans[2] != episode.privileged and plans[2].startswith("Expert plan from here: go north > go west")
+    env = make("textworld/coin-v0", level=103)  # the same game, replayed: the plan from after "go south"
+    try:
+        env.reset(seed=0)
+        env.step("look")
+        assert env.step("go south")[-1]["privileged"] == plans[2]
+    finally:
+        env.close()
+    assert [turn.privileged for turn in deviating["window"].turns] == plans
+
+
+def _turn_by_turn(model, tokenizer, trajectory, env_texts):
+    """The reference: per turn, one forward pass over the block of ``env_texts[t]`` and the student's
+    ids through turn t's response; the log-probs of turn t's response tokens."""
+    out = []
+    for t, turn in enumerate(trajectory.turns):
+        earlier = trajectory.turns[:t] if trajectory.one_sequence else []
+        ids = [i for u in earlier for i in u.context_ids + u.response_ids] + turn.context_ids + turn.response_ids
+        seq = prefix_ids(tokenizer, f"[Privileged Environment Information]\n{env_texts[t]}") + ids
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([seq])).logits[0].float(), -1)  # [S, V]
+        n = len(turn.response_ids)
+        out.append(logp[torch.arange(len(seq) - n - 1, len(seq) - 1), torch.tensor(seq[len(seq) - n:])])  # [n]
+    return out
+
+
+class SequenceLog:
+    """The lengths of the sequences a model runs (a forward pre-hook)."""
+
+    def __init__(self, model):
+        self.lengths: list[int] = []
+        self.handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
+
+    def _record(self, module, args, kwargs):
+        self.lengths += kwargs["attention_mask"].sum(dim=1).tolist()
+
+    def close(self):
+        self.handle.remove()
+
+
+class HFPromptLogprobs:
+    """``prompt_logprobs`` as vLLM answers them, from the tiny model: the remote teacher on a CPU."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def prompt_logprobs(self, sequences, topk=1):
+        out = []
+        for seq in sequences:
+            with torch.no_grad():
+                logp = torch.log_softmax(self.model(input_ids=torch.tensor([seq])).logits[0].float(), -1)  # [S, V]
+            rows = [None]
+            for j in range(1, len(seq)):
+                dist, top = logp[j - 1], logp[j - 1].topk(topk)
+                ranked = enumerate(zip(top.values.tolist(), top.indices.tolist(), strict=True), 1)
+                entry = {i: (v, rank) for rank, (v, i) in ranked}
+                entry.setdefault(seq[j], (float(dist[seq[j]]), int((dist > dist[seq[j]]).sum()) + 1))
+                rows.append(entry)
+            out.append(rows)
+        return out
+
+
+@pytest.mark.parametrize("context", ["chat", "window"])
+def test_the_teacher_scores_each_turn_behind_its_own_plan(backend, deviating, context):
+    """Token for token what scoring each turn on its own, behind its own block, gives; in chat mode
+    turns that share a block share one pass."""
+    from agentkit.teachers.model import ModelTeacher
+    from agentkit.teachers.remote import PromptLogprobTeacher
+
+    episode = deviating[context]
+    model, tokenizer = backend.model, backend.tokenizer
+    batch = build_batch([episode])
+    teacher = ModelTeacher(model, tokenizer, name="self", privileged=("env",))
+    log = SequenceLog(model)
+    try:
+        scores = teacher.score(batch, [episode])
+    finally:
+        log.close()
+    mask = batch.response_mask.bool()
+    per_turn = [scores.logprobs[mask & (batch.turn_index == t)] for t in range(len(episode.turns))]
+    expected = _turn_by_turn(model, tokenizer, episode, [turn.privileged for turn in episode.turns])
+    for got, want in zip(per_turn, expected, strict=True):
+        assert torch.allclose(got, want, atol=1e-5)
+    # the reset's plan (what the teacher saw before) is wrong where the student left the route
+    at_reset = _turn_by_turn(model, tokenizer, episode, [episode.privileged] * len(episode.turns))
+    assert torch.allclose(per_turn[1], at_reset[1], atol=1e-5)
+    assert not torch.allclose(per_turn[2], at_reset[2], atol=1e-4)
+    blocks = [len(prefix_ids(tokenizer, privileged_text(episode, ["env"], None, turn=t))) for t in range(4)]
+    through = [sum(len(u.context_ids) + len(u.response_ids) for u in episode.turns[: t + 1]) for t in range(4)]
+    if context == "chat":  # turns 0-1 share the reset's block (cut after turn 1's response), 2 and 3 each have theirs
+        assert sorted(log.lengths) == sorted([blocks[1] + through[1], blocks[2] + through[2], blocks[3] + through[3]])
+    else:  # one pass per turn, as always
+        assert sorted(log.lengths) == sorted(b + len(u.context_ids) + len(u.response_ids)
+                                             for b, u in zip(blocks, episode.turns, strict=True))
+    # the prompt_logprobs teacher (vLLM, OpenAI-compatible servers) cuts the same sequences
+    served = PromptLogprobTeacher(HFPromptLogprobs(model), tokenizer, name="served", privileged=("env",)).score(
+        batch, [episode], topk=2)
+    assert torch.allclose(served.logprobs[mask], scores.logprobs[mask], atol=1e-5)
+    assert torch.allclose(served.top1[mask], scores.top1[mask], atol=1e-5)
+
+
+def test_a_block_that_never_changes_is_one_pass_per_row(backend, deviating, episodes):
+    """Skills only (the self-teacher's default), or a file without per-turn plans: the episode's one
+    block in front of the whole row, one pass, as before per-turn plans."""
+    from dataclasses import replace
+
+    from agentkit.teachers.model import ModelTeacher
+
+    trajectories, bank = episodes
+    model, tokenizer = backend.model, backend.tokenizer
+    old_file = replace(deviating["chat"], skills=trajectories[0].skills,
+                       turns=[replace(turn, privileged=None) for turn in deviating["chat"].turns])
+    cases = [(["skills"], [deviating["chat"], *trajectories]), (["skills", "env"], [old_file])]
+    for sources, episodes_ in cases:
+        batch = build_batch(episodes_)
+        log = SequenceLog(model)
+        try:
+            scores = ModelTeacher(model, tokenizer, name="self", privileged=sources, bank=bank).score(batch, episodes_)
+        finally:
+            log.close()
+        blocks = [prefix_ids(tokenizer, privileged_text(e, sources, bank)) for e in episodes_]
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        episode_of = batch.episode_index.tolist()
+        assert sorted(log.lengths) == sorted(len(blocks[e]) + n for e, n in zip(episode_of, lengths, strict=True))
+        for r, e in enumerate(episode_of):
+            ids = blocks[e] + batch.input_ids[r, : lengths[r]].tolist()
+            with torch.no_grad():
+                logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), -1)  # [S, V]
+            want = logp[len(blocks[e]):-1].gather(1, batch.input_ids[r, 1: lengths[r]][:, None]).squeeze(1)
+            row_mask = batch.response_mask[r, : lengths[r] - 1].bool()
+            assert torch.allclose(scores.logprobs[r, : lengths[r] - 1][row_mask], want[row_mask], atol=1e-5)

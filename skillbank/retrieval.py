@@ -44,11 +44,11 @@ class Retriever(Protocol):
 
 class UCBConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    c: float = Field(1.0, ge=0, description="Exploration weight: mean return + c * sqrt(ln N / n).")
+    c: float = Field(1.0, ge=0, description="Exploration weight: mean reward + c * sqrt(ln N / n).")
 
 
 class UCB:
-    """A bandit over skills: mean return of the episodes that used the skill + c sqrt(ln N / n).
+    """A bandit over skills: mean reward of the episodes that used the skill + c sqrt(ln N / n).
 
     Untried skills come first; ties (e.g. among untried skills) are broken by ``rng``, so the
     episodes of one step explore different untried skills.
@@ -63,7 +63,7 @@ class UCB:
         n = skill.stats.uses
         if n == 0:
             return math.inf
-        return skill.stats.mean_return + self.config.c * math.sqrt(math.log(max(total, 1)) / n)
+        return skill.stats.mean_reward + self.config.c * math.sqrt(math.log(max(total, 1)) / n)
 
     def retrieve(self, bank, task, k, *, env=None, task_type=None, rng=None):
         candidates = bank.for_env(env, task_type)
@@ -164,7 +164,7 @@ class Random:
 
 REGISTRY = PluginRegistry("agentkit.retrievers", "retriever")
 for _name, _target, _about in [
-    ("ucb", "agentkit.skillbank.retrieval:UCB", "bandit: mean return + c sqrt(ln N / n), untried first"),
+    ("ucb", "agentkit.skillbank.retrieval:UCB", "bandit: mean reward + c sqrt(ln N / n), untried first"),
     ("keyword", "agentkit.skillbank.retrieval:Keyword", "BM25 or keyword overlap with the task text"),
     ("full", "agentkit.skillbank.retrieval:Full", "every applicable skill within a character budget"),
     ("random", "agentkit.skillbank.retrieval:Random", "k skills at random (seeded per episode)"),

@@ -3,7 +3,10 @@
 A retriever is any object with ``retrieve(bank, task, k, *, env, task_type, rng) -> list[Skill]``.
 ``rng`` is a ``random.Random`` seeded per episode by the caller, so a run is reproducible and a
 resumed run retrieves what the uninterrupted run would have. Statistics are updated by the
-caller through ``SkillBank.record_episode`` after each episode.
+caller through ``SkillBank.record_episode`` after each episode; the training loop credits each
+episode's skills with the episode's return when the policy sees them, and otherwise with a reward
+in [0, 1] that says whether the teacher holding them endorsed the student's actions in won
+episodes and disfavoured them in lost ones (``agentkit.skill_credit``).
 """
 
 from __future__ import annotations

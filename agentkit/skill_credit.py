@@ -35,8 +35,9 @@ Choices, and why:
   alike and never reorder them in expectation. OPSD with ``rollout.group_size=1`` therefore gives
   UCB nothing to learn from.
 - The lift is measured against the sampling-time log-probs, which the step has already; with the
-  ``self`` teacher the two differ by the privileged block alone (and the backend's numerics).
-  What a separate teacher model adds to every skill's lift alike does not rank the skills.
+  ``self`` teacher the two differ by the privileged block alone (and the backend's numerics). A
+  separate teacher model adds its own preferences to every skill's lift alike: they rank no skill,
+  but where they outweigh what the skills change they hide it.
 - A group's outcome is its episodes' returns, not an objective's shaped returns.
 """
 

@@ -374,7 +374,7 @@ def cmd_skills_list(args: argparse.Namespace) -> int:
     print(f"{bank.path}: {len(bank)} skills, {bank.episodes} episodes recorded")
     for s in bank:
         where = ",".join(s.applies_to) or "all"
-        print(f"{s.id:26} uses {s.stats.uses:5d}  mean return {s.stats.mean_return:6.3f}  [{where}]  {s.title}")
+        print(f"{s.id:26} uses {s.stats.uses:5d}  mean reward {s.stats.mean_reward:6.3f}  [{where}]  {s.title}")
     return 0
 
 

@@ -2,8 +2,8 @@
 
     setup, then for step:
         collect     rollouts (or this step's demonstrations)
-        score       the teacher and the judge (no gradients), objective.prepare -> token batch,
-                    reference logprobs
+        score       the teacher and the judge (no gradients), the skills' credit for UCB,
+                    objective.prepare -> token batch, reference logprobs
         update      minibatch updates with a token budget per micro-batch
         sync        weights to the generation backend
         evaluate    periodic greedy evaluation
@@ -70,6 +70,7 @@ from agentkit.rollout.run import (
 )
 from agentkit.scoring import build_teacher_and_judge, resolve_teacher_spec, score_step
 from agentkit.signals import episode_signals
+from agentkit.skill_credit import skill_credits
 from agentkit.train_config import TrainConfig, TrainSection, dump_config, load_config
 
 
@@ -387,18 +388,20 @@ def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats
         raise EnvError(f"every episode of step {step + 1} failed before its first turn ({path}); the first one's "
                        f"error: {trajectories[0].error}. Check --env and --env-kwargs (agentkit envs check "
                        f"{cfg.env.id}).")
-    if run.bank is not None:  # UCB statistics: every episode's return, in a fixed order
-        for t in trajectories:
-            run.bank.record_episode(t.skills, t.episode_return)
     return trajectories, stats
 
 
 def score(run: Run, trajectories: list, step: int):
-    """Teacher scores and turn judgments (the loop's, without gradients), then the objective's
-    token batch with the reference policy's logprobs; writes a few episodes' per-token signals."""
+    """Teacher scores and turn judgments (the loop's, without gradients), and with them each episode's
+    credit to its skills (``agentkit.skill_credit``: the return when the policy sees the skills, the
+    teacher's lift when only the teacher does); then the objective's token batch with the reference
+    policy's logprobs; writes a few episodes' per-token signals."""
     cfg, ranks = run.cfg, run.ranks
     started = time.perf_counter()
     scores = score_step(run.needs, run.teacher, run.judge, trajectories)
+    if run.bank is not None:  # UCB statistics: what each episode credits its skills with, in a fixed order
+        for t, credit in zip(trajectories, skill_credits(run.needs, trajectories, scores), strict=True):
+            run.bank.record_episode(t.skills, credit)
     batch = run.objective.prepare(trajectories, scores)
     prepare_s = time.perf_counter() - started
     if ranks.is_main and cfg.log.signal_episodes:  # per-token teacher signals of a few episodes

@@ -2,9 +2,12 @@
 
 A bank file is a mapping ``{"skills": [ {id, title, text, keywords, applies_to, stats}, ... ],
 "episodes": N}``. ``applies_to`` lists environment ids, families (``textworld``) or task types
-(``alfworld:pick_and_place``); an empty list means "anywhere". ``stats`` (uses, return_sum) are
+(``alfworld:pick_and_place``); an empty list means "anywhere". ``stats`` (uses, reward_sum) are
 what UCB retrieval learns from; they are written back with the bank, atomically, so an edit the
-user made by hand and the learned statistics live in the same file.
+user made by hand and the learned statistics live in the same file. The reward is what the
+caller credits a skill's episodes with (in training, ``agentkit.skill_credit``: the return only
+when the policy sees the skills). Banks that name the sum ``return_sum``, as agentkit wrote it
+before, load as they are.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentkit.core.config import load_yaml
 from agentkit.core.errors import AgentkitError, ConfigError, UnknownNameError, did_you_mean
@@ -32,11 +35,13 @@ class SkillStats(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     uses: int = Field(0, ge=0, description="Episodes that used the skill.")
-    return_sum: float = Field(0.0, description="Sum of those episodes' returns.")
+    # `return_sum` is its name in banks written before the credit was more than the return
+    reward_sum: float = Field(0.0, validation_alias=AliasChoices("reward_sum", "return_sum"),
+                              description="Sum of the rewards those episodes credited it with.")
 
     @property
-    def mean_return(self) -> float:
-        return self.return_sum / self.uses if self.uses else 0.0
+    def mean_reward(self) -> float:
+        return self.reward_sum / self.uses if self.uses else 0.0
 
 
 class Skill(BaseModel):
@@ -165,14 +170,14 @@ class SkillBank:
     def for_env(self, env: str | None, task_type: str | None = None) -> list[Skill]:
         return [s for s in self.skills if s.applies(env, task_type)]
 
-    def record_episode(self, skill_ids: Sequence[str], episode_return: float) -> None:
-        """Count one finished episode: the skills it used get its return (UCB's statistics)."""
+    def record_episode(self, skill_ids: Sequence[str], reward: float) -> None:
+        """Count one finished episode: the skills it used get ``reward`` (UCB's statistics)."""
         self.episodes += 1
         for skill_id in skill_ids:
             if skill_id in self._by_id:  # a skill deleted by hand since: nothing to credit
                 stats = self._by_id[skill_id].stats
                 stats.uses += 1
-                stats.return_sum += float(episode_return)
+                stats.reward_sum += float(reward)
 
     def copy(self) -> SkillBank:
         return SkillBank([s.model_copy(deep=True) for s in self.skills], episodes=self.episodes, path=self.path)

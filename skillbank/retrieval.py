@@ -3,7 +3,10 @@
 A retriever is any object with ``retrieve(bank, task, k, *, env, task_type, rng) -> list[Skill]``.
 ``rng`` is a ``random.Random`` seeded per episode by the caller, so a run is reproducible and a
 resumed run retrieves what the uninterrupted run would have. Statistics are updated by the
-caller through ``SkillBank.record_episode`` after each episode.
+caller through ``SkillBank.record_episode`` after each episode; the training loop credits each
+episode's skills with the episode's return when the policy sees them, and otherwise with a reward
+in [0, 1] that says whether the teacher holding them endorsed the student's actions in won
+episodes and disfavoured them in lost ones (``agentkit.skill_credit``).
 """
 
 from __future__ import annotations
@@ -44,11 +47,11 @@ class Retriever(Protocol):
 
 class UCBConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    c: float = Field(1.0, ge=0, description="Exploration weight: mean return + c * sqrt(ln N / n).")
+    c: float = Field(1.0, ge=0, description="Exploration weight: mean reward + c * sqrt(ln N / n).")
 
 
 class UCB:
-    """A bandit over skills: mean return of the episodes that used the skill + c sqrt(ln N / n).
+    """A bandit over skills: mean reward of the episodes that used the skill + c sqrt(ln N / n).
 
     Untried skills come first; ties (e.g. among untried skills) are broken by ``rng``, so the
     episodes of one step explore different untried skills.
@@ -63,7 +66,7 @@ class UCB:
         n = skill.stats.uses
         if n == 0:
             return math.inf
-        return skill.stats.mean_return + self.config.c * math.sqrt(math.log(max(total, 1)) / n)
+        return skill.stats.mean_reward + self.config.c * math.sqrt(math.log(max(total, 1)) / n)
 
     def retrieve(self, bank, task, k, *, env=None, task_type=None, rng=None):
         candidates = bank.for_env(env, task_type)
@@ -164,7 +167,7 @@ class Random:
 
 REGISTRY = PluginRegistry("agentkit.retrievers", "retriever")
 for _name, _target, _about in [
-    ("ucb", "agentkit.skillbank.retrieval:UCB", "bandit: mean return + c sqrt(ln N / n), untried first"),
+    ("ucb", "agentkit.skillbank.retrieval:UCB", "bandit: mean reward + c sqrt(ln N / n), untried first"),
     ("keyword", "agentkit.skillbank.retrieval:Keyword", "BM25 or keyword overlap with the task text"),
     ("full", "agentkit.skillbank.retrieval:Full", "every applicable skill within a character budget"),
     ("random", "agentkit.skillbank.retrieval:Random", "k skills at random (seeded per episode)"),

@@ -56,9 +56,13 @@ def test_each_objective_trains_and_logs_its_diagnostics(objective, sft_model, ti
     if uses_skills:
         bank = yaml.safe_load((out / "skillbank.yaml").read_text())
         assert bank["episodes"] == 2 * 4  # every training episode credited to its skills
-        assert sum(s["stats"]["uses"] for s in bank["skills"]) == sum(len(t.skills) for t in
-                                                                      read_trajectories(out / "trajectories" / "step-1.jsonl")
-                                                                      + read_trajectories(out / "trajectories" / "step-2.jsonl"))
+        played = trajectories + read_trajectories(out / "trajectories" / "step-2.jsonl")
+        assert sum(s["stats"]["uses"] for s in bank["skills"]) == sum(len(t.skills) for t in played)
+        rewards = sum(s["stats"]["reward_sum"] for s in bank["skills"])
+        if objective == "skill_grpo":  # the policy sees its skills: they are credited with the return
+            assert rewards == pytest.approx(sum(t.episode_return * len(t.skills) for t in played))
+        else:  # only the teacher does: with its lift signed by the outcome, in [0, 1] (agentkit.skill_credit)
+            assert all(0 <= s["stats"]["reward_sum"] <= s["stats"]["uses"] for s in bank["skills"])
     if objective == "skill_grpo":  # the policy itself reads the skills
         from agentkit.rollout.hf_backend import load_tokenizer
 

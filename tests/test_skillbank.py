@@ -44,9 +44,20 @@ def test_bank_round_trip_keeps_stats(tmp_path, suffix):
     again = SkillBank.load(path)
     assert [s.id for s in again] == ["heat", "cool", "coin", "clean"]
     assert again.episodes == 2
-    assert (again.get("heat").stats.uses, again.get("heat").stats.mean_return) == (2, 0.5)
-    assert again.get("cool").stats.return_sum == 1.0
+    assert (again.get("heat").stats.uses, again.get("heat").stats.mean_reward) == (2, 0.5)
+    assert again.get("cool").stats.reward_sum == 1.0
     assert not list(tmp_path.glob("*.tmp"))  # atomic write leaves no temp file
+
+
+def test_banks_written_with_return_sum_still_load(tmp_path):
+    old = tmp_path / "old.yaml"  # as agentkit wrote the statistics before they were rewards
+    old.write_text("episodes: 3\nskills:\n- {id: a, title: t, text: x, stats: {uses: 2, return_sum: 1.5}}\n")
+    bank = SkillBank.load(old)
+    assert (bank.get("a").stats.uses, bank.get("a").stats.mean_reward) == (2, 0.75)
+    assert "reward_sum: 1.5" in bank.save(tmp_path / "new.yaml").read_text()
+    old.write_text("skills:\n- {id: a, title: t, text: x, stats: {uses: 2, return_sum: 1.5, reward_sum: 1.5}}\n")
+    with pytest.raises(SkillBankError, match="stats.return_sum: Extra inputs"):  # one of the two, never both
+        SkillBank.load(old)
 
 
 def test_starter_banks_load_and_cover_every_env_family():

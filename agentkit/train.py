@@ -398,7 +398,7 @@ def score(run: Run, trajectories: list, step: int):
     token batch with the reference policy's logprobs; writes a few episodes' per-token signals."""
     cfg, ranks = run.cfg, run.ranks
     started = time.perf_counter()
-    scores = score_step(run.needs, run.teacher, run.judge, trajectories)
+    scores = score_step(run.needs, run.teacher, run.judge, trajectories, step=step + 1)
     batch = run.objective.prepare(trajectories, scores)
     prepare_s = time.perf_counter() - started
     if ranks.is_main and cfg.log.signal_episodes:  # per-token teacher signals of a few episodes

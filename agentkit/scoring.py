@@ -60,10 +60,10 @@ def resolve_teacher_spec(spec: str) -> str:
 
 @torch.no_grad()
 def score_step(capabilities: Capabilities, teacher: Teacher | None, judge: TurnJudge | None,
-               trajectories: Sequence[Trajectory]) -> StepScores | None:
+               trajectories: Sequence[Trajectory], *, step: int = 1) -> StepScores | None:
     """The teacher's scores of the step's response tokens (aligned with ``build_batch(trajectories)``,
-    the layout every objective's batch shares) and the turn judgments, as ``capabilities`` asks;
-    None when it asks for neither."""
+    the layout every objective's batch shares) and the turn judgments, as ``capabilities`` asks,
+    at the 1-based training ``step``; None when it asks for neither."""
     if not (capabilities.needs_teacher or capabilities.needs_judge):
         return None
     teacher_scores = judgments = None
@@ -78,4 +78,4 @@ def score_step(capabilities: Capabilities, teacher: Teacher | None, judge: TurnJ
             raise ConfigError("score_step(): the objective needs a turn judge and none was built "
                               "(build_teacher_and_judge makes it).")
         judgments = judge.judge(trajectories)
-    return StepScores(teacher=teacher_scores, judgments=judgments)
+    return StepScores(teacher=teacher_scores, judgments=judgments, step=step)

@@ -398,7 +398,7 @@ def score(run: Run, trajectories: list, step: int):
     policy's logprobs; writes a few episodes' per-token signals."""
     cfg, ranks = run.cfg, run.ranks
     started = time.perf_counter()
-    scores = score_step(run.needs, run.teacher, run.judge, trajectories)
+    scores = score_step(run.needs, run.teacher, run.judge, trajectories, step=step + 1)
     if run.bank is not None:  # UCB statistics: what each episode credits its skills with, in a fixed order
         for t, credit in zip(trajectories, skill_credits(run.needs, trajectories, scores), strict=True):
             run.bank.record_episode(t.skills, credit)

@@ -101,10 +101,10 @@ class TrainConfig(Settings):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
-        from agentkit.objectives import capabilities_of, objective_config
+        from agentkit.objectives import make_objective
 
-        objective_config(self.objective.name, self.objective.args)  # unknown or invalid settings -> error
-        needs = capabilities_of(self.objective.name)  # declared by its class; nothing is built
+        # unknown or invalid settings -> error; the needs under these settings (objectives are pure maths: cheap)
+        needs = make_objective(self.objective.name, self.objective.args).requirements()
         if needs.uses_demonstrations and not self.train.demos:
             raise ValueError(
                 f"objective {self.objective.name!r} trains on demonstrations: set train.demos=FILE "
@@ -122,6 +122,11 @@ class TrainConfig(Settings):
             raise ValueError(f"--device {self.backend.device} (backend.device): one training process trains and samples "
                              "on the CPU; accelerators come from a launcher (accelerate launch or torchrun, see "
                              "docs/scaling.md), or sample with --backend vllm. Drop --device.")
+        if not needs.uses_demonstrations and (self.sampling.top_p < 1 or self.sampling.top_k > 0):
+            raise ValueError(f"sampling.top_p={self.sampling.top_p}, sampling.top_k={self.sampling.top_k}: training "
+                             "samples from the whole distribution at sampling.temperature (the trainer's logprobs, the "
+                             "policy-gradient ratio and the teacher's scores are over the whole vocabulary; a "
+                             "truncated sample has no such logprob). Drop --top-p/--top-k (or set 1 and 0).")
         if self.train.minibatches > self.rollout.tasks_per_step * self.rollout.group_size:
             raise ValueError("train.minibatches is larger than the number of episodes per step.")
         return self

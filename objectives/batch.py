@@ -37,6 +37,10 @@ class TokenBatch:
         metrics: diagnostics computed while preparing (judge label shares, ...), logged per step.
         signals: per-token diagnostics for the viewer, each [B, L] (SDAR's gate at sampling time,
             SAGE-OPD's turn labels and confidences); recorded for a sample of episodes per step.
+        temperature: [B] the temperature each row's responses were sampled at (1 for greedy
+            rows): ``policy_logprobs`` scores at it, so the ratio to the recorded logprobs starts at 1.
+        episode_tokens: [B] response tokens of the row's episode in the whole optimizer minibatch
+            (sequence-mean divides by it, whichever micro-batch the row lands in).
         token_normalizer: response tokens in the whole optimizer minibatch (token-mean).
         sequence_normalizer: episodes in the whole minibatch (sequence-mean).
     """
@@ -56,6 +60,8 @@ class TokenBatch:
     teacher_support_logprobs: torch.Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     signals: dict[str, torch.Tensor] = field(default_factory=dict)
+    temperature: torch.Tensor | None = None
+    episode_tokens: torch.Tensor | None = None
     token_normalizer: float = 1.0
     sequence_normalizer: float = 1.0
 
@@ -87,10 +93,13 @@ class TokenBatch:
         return TokenBatch(**values)
 
     def with_normalizers(self) -> TokenBatch:
-        """Set the normalizers from this batch (call on a whole optimizer minibatch)."""
-        episodes = int(torch.unique(self.episode_index).numel())
+        """Set the normalizers from this batch (call on a whole optimizer minibatch, before it is
+        split into micro-batches or shared between processes)."""
+        unique, inverse = torch.unique(self.episode_index, return_inverse=True)
+        per_row = self.response_mask.sum(dim=1)  # [B]
+        per_episode = torch.zeros(len(unique), dtype=per_row.dtype).index_add(0, inverse, per_row)  # [E]
         return replace(self, token_normalizer=max(1.0, float(self.num_response_tokens)),
-                       sequence_normalizer=max(1.0, float(episodes)))
+                       sequence_normalizer=max(1.0, float(len(unique))), episode_tokens=per_episode[inverse])
 
     def micro_batches(self, max_tokens: int) -> list[TokenBatch]:
         """Split into micro-batches whose padded size (rows x longest row) stays within ``max_tokens``
@@ -165,16 +174,27 @@ def build_batch(trajectories: Sequence[Trajectory], episode_advantages: Sequence
         if episode_advantages is not None:
             advantages[b, : n - 1] = float(episode_advantages[row.episode])
     advantages = advantages * response
+    temperatures = [sampling_temperature(t) for t in trajectories]
     return TokenBatch(
         input_ids=input_ids, attention_mask=attention, response_mask=response, old_logprobs=old,
         advantages=advantages, weights=response.clone(), turn_index=turn_index,
         episode_index=torch.tensor([r.episode for r in rows], dtype=torch.long),
+        temperature=torch.tensor([temperatures[r.episode] for r in rows], dtype=torch.float32),
     ).with_normalizers()
 
 
+def sampling_temperature(trajectory: Trajectory) -> float:
+    """The temperature a trajectory's logprobs were recorded at: its sampling temperature, or 1 for
+    greedy decoding (backends record greedy tokens' logprobs under the plain softmax)."""
+    temperature = float(trajectory.sampling.get("temperature", 1.0) or 0.0)
+    return temperature if temperature > 0 else 1.0
+
+
 def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
-    """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled); 0 where no row
-    has a response token.
+    """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled), at each row's
+    sampling temperature (``batch.temperature``: log softmax(logits / T), as TRL and verl compute
+    it, so before the first update the ratio to the recorded logprobs is 1); 0 where no row has a
+    response token.
 
     With ``support``, also the policy's logprobs over the teacher's support at the response
     positions: [N, K] (N = the positions where ``response_mask > 0``, in row-major order, i.e. the
@@ -192,6 +212,8 @@ def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
     cols = cols.to(batch.input_ids.device)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                    logits_to_keep=cols).logits.float()  # [B, C, V]
+    if batch.temperature is not None:  # the distribution the responses were sampled from (logits / T)
+        logits = logits / batch.temperature.to(logits.device)[:, None, None]
     logp = torch.log_softmax(logits, dim=-1)  # [B, C, V]
     targets = batch.input_ids[:, cols + 1]  # [B, C]: the token each kept column predicts
     sampled = torch.zeros((B, L), dtype=logp.dtype, device=logp.device)

@@ -12,8 +12,13 @@ from agentkit.objectives.scores import StepScores
 
 
 def group_advantages(returns: Sequence[float], groups: Sequence[str], *, normalize_std: bool = True,
-                     eps: float = 1e-6) -> list[float]:
-    """A_i = (R_i - mean of its group) / (std of its group + eps); without std if not normalize_std."""
+                     unbiased_std: bool = True, eps: float = 1e-6) -> list[float]:
+    """A_i = (R_i - mean of its group) / (std of its group + eps); without std if not normalize_std.
+
+    The std is the unbiased (Bessel-corrected) group std by default, as verl and TRL compute it
+    (``torch.std``); ``unbiased_std=False`` gives the population std (advantages sqrt(G / (G - 1))
+    larger). A group of one, or of identical returns, gets zero advantages.
+    """
     by_group: dict[str, list[int]] = {}
     for i, g in enumerate(groups):
         by_group.setdefault(g, []).append(i)
@@ -21,9 +26,8 @@ def group_advantages(returns: Sequence[float], groups: Sequence[str], *, normali
     for members in by_group.values():
         values = torch.tensor([float(returns[i]) for i in members], dtype=torch.float64)
         centered = values - values.mean()
-        if normalize_std:
-            # population std, as in GRPO implementations; a group of identical returns gets 0
-            std = values.std(unbiased=False)
+        if normalize_std and len(members) > 1:
+            std = values.std(unbiased=unbiased_std)
             if std > 0:
                 centered = centered / (std + eps)
         for i, a in zip(members, centered.tolist(), strict=True):
@@ -32,21 +36,22 @@ def group_advantages(returns: Sequence[float], groups: Sequence[str], *, normali
 
 
 def aggregate(per_token: torch.Tensor, batch: TokenBatch, mode: str = "token-mean") -> torch.Tensor:
-    """Reduce a [B, L] per-token loss over response tokens.
+    """Reduce a [B, L] per-token loss over response tokens, with the whole minibatch's normalizers
+    (``TokenBatch.with_normalizers``), so the sum over any split of a minibatch into micro-batches
+    (or processes) equals the minibatch's value, whichever rows of an episode land where.
 
     token-mean: sum over all response tokens / the minibatch's response-token count.
-    sequence-mean: each episode's token-mean, averaged over the minibatch's episodes.
+    sequence-mean: each episode's token-mean, averaged over the minibatch's episodes: a row's
+        tokens are divided by its episode's response tokens in the whole minibatch
+        (``batch.episode_tokens``), never by the part of the episode a micro-batch holds.
     """
     mask = batch.response_mask  # [B, L]
     if mode == "token-mean":
         return (per_token * mask).sum() / batch.token_normalizer
     if mode == "sequence-mean":
-        episodes = batch.episode_index  # [B]
-        unique, inverse = torch.unique(episodes, return_inverse=True)
-        zeros = torch.zeros(len(unique), dtype=per_token.dtype, device=per_token.device)  # [E]
-        sums = zeros.index_add(0, inverse, (per_token * mask).sum(dim=1))
-        counts = zeros.index_add(0, inverse, mask.sum(dim=1))
-        return (sums / counts.clamp(min=1)).sum() / batch.sequence_normalizer
+        row_sums = (per_token * mask).sum(dim=1)  # [B]
+        episode_tokens = batch.episode_tokens.to(row_sums.device, row_sums.dtype).clamp(min=1)  # [B]
+        return (row_sums / episode_tokens).sum() / batch.sequence_normalizer
     raise ValueError(f"unknown aggregation {mode!r}; use 'token-mean' or 'sequence-mean'")
 
 
@@ -54,19 +59,31 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
-def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token "low_var_kl": exp(ref - logp) - (ref - logp) - 1 (>= 0)."""
-    delta = ref_logprobs - logprobs
-    return torch.exp(delta) - delta - 1
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, clamp: float = 10.0) -> torch.Tensor:
+    """Per-token "low_var_kl": exp(ref - logp) - (ref - logp) - 1 (>= 0), clamped at ``clamp``
+    (verl's; 0 = no clamp). The log-ratio is clamped at +-20 before exp, as verl does."""
+    delta = torch.clamp(ref_logprobs - logprobs, -20.0, 20.0)
+    kl = torch.exp(delta) - delta - 1
+    return torch.clamp(kl, -clamp, clamp) if clamp > 0 else kl
 
 
 def clipped_pg(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-               clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token -min(rho A, clip(rho, 1-clip_low, 1+clip_high) A) and whether it was clipped."""
-    ratio = torch.exp(logprobs - old_logprobs)  # [B, L]
+               clip_low: float, clip_high: float, dual_clip: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token -min(rho A, clip(rho, 1-clip_low, 1+clip_high) A) and whether it was clipped.
+
+    With ``dual_clip`` = c > 1 (verl's ``clip_ratio_c``), a negative-advantage token's loss is
+    also capped at -c A, so a ratio far above 1 cannot make its loss unbounded (dual-clip PPO).
+    """
+    ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))  # [B, L]; verl's clamp before exp
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * advantages
-    return -torch.minimum(unclipped, clipped), (clipped < unclipped)
+    loss = -torch.minimum(unclipped, clipped)
+    was_clipped = clipped < unclipped
+    if dual_clip > 0:
+        capped = torch.minimum(loss, -dual_clip * advantages)
+        was_clipped = was_clipped | ((advantages < 0) & (capped < loss))
+        loss = torch.where(advantages < 0, capped, loss)
+    return loss, was_clipped
 
 
 def with_teacher(batch: TokenBatch, scores: StepScores | None, objective: str) -> TokenBatch:

@@ -1,21 +1,47 @@
-"""GRPO+OPSD, the naive hybrid baseline (../shared/METHODS.md, "SDAR": beta = 0).
+"""GRPO+OPSD, two ways (``docs/methods.md``, "GRPO+OPSD").
 
-SDAR with the gate fixed at sigmoid(0) = 0.5 on every token: GRPO plus an ungated
-self-distillation pull toward the privileged teacher, whether the teacher agrees with the
-student's token or not. The SDAR paper reports it collapsing on small models; that is the point
-of having it.
+``grpo_opsd`` is the SDAR paper's GRPO+OPSD row: its reference code with ``gate_beta=0``, i.e.
+``sdar`` with the gate fixed at sigmoid(0) = 0.5 on every token (lambda 0.01, kl_coef 0.01). The
+SDAR paper's numbers for GRPO+OPSD come from this form. With one epoch and one minibatch its
+expected gradient on-policy is exactly that of GRPO: E_y~pi[-0.5 grad log pi(y)] = 0, so the
+term adds only sampling noise (several epochs or minibatches move the policy off the sampling
+distribution and the term then has a small non-zero mean).
+
+``grpo_opsd_rkl`` is the naive hybrid the seed describes ("simply adding the OPSD loss to RL"):
+GRPO plus lambda times the reverse-KL self-distillation term of ``opsd_rkl`` (the sampled
+estimator: -(logS - logT), detached, as a per-token advantage under the same PPO clip), whose
+expected gradient is lambda * grad KL(pi || pi_T), not zero. lambda defaults to 1 ("adding the
+loss"); both terms are reduced with the policy loss's aggregation mode.
 """
 
 from __future__ import annotations
 
-from agentkit.objectives.grpo import GRPOConfig
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import ClassVar
+
+import torch
+from agentkit.objectives.batch import TokenBatch
+from agentkit.objectives.common import (
+    aggregate,
+    clipped_pg,
+    gap_metrics,
+    masked_mean,
+    opd_advantages,
+    teacher_logprobs,
+    with_teacher,
+)
+from agentkit.objectives.grpo import GRPO, GRPOConfig
+from agentkit.objectives.protocol import Capabilities
+from agentkit.objectives.scores import StepScores
 from agentkit.objectives.sdar import SDAR
 from pydantic import Field
 
+from agentkit.core.trajectory import Trajectory
+
 
 class GRPOOPSDConfig(GRPOConfig):
-    lam: float = Field(0.01, ge=0, description="Weight of the self-distillation term.")
-    kl_coef: float = Field(0.01, ge=0, description="Weight of the k3 KL to the frozen reference.")
+    lam: float = Field(0.01, ge=0, description="Weight of the (flat-gated) self-distillation term.")
 
 
 class GRPOOPSD(SDAR):
@@ -23,3 +49,32 @@ class GRPOOPSD(SDAR):
 
     def beta(self) -> float:
         return 0.0
+
+    def pg_coef(self) -> float:
+        return 1.0
+
+
+class GRPOOPSDRKLConfig(GRPOConfig):
+    lam: float = Field(1.0, ge=0, description="Weight of the reverse-KL self-distillation term.")
+
+
+class GRPOOPSDRKL(GRPO):
+    Config = GRPOOPSDRKLConfig
+    capabilities: ClassVar[Capabilities] = replace(GRPO.capabilities, needs_teacher=True, default_teacher="self",
+                                                   uses_skills=True)
+
+    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
+        return with_teacher(super().prepare(trajectories), scores, "grpo_opsd_rkl")
+
+    def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg, mask = self.config, batch.response_mask  # [B, L]
+        pg, kl_term, metrics = self.policy_terms(batch, logprobs)  # [B, L] each
+        logT = teacher_logprobs(batch, "grpo_opsd_rkl")  # [B, L]
+        distill, _ = clipped_pg(logprobs, batch.old_logprobs, opd_advantages(logprobs, logT, mask),
+                                cfg.clip_low, cfg.clip_high)  # [B, L]
+        loss = aggregate(pg + kl_term + cfg.lam * distill, batch, cfg.aggregation)
+        metrics.update(gap_metrics((logT - logprobs).detach(), mask))
+        metrics.update({"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask)),
+                        "distill_loss": float(aggregate(distill.detach(), batch, cfg.aggregation)),
+                        "grpo_loss": float(aggregate(pg.detach(), batch, cfg.aggregation))})
+        return loss, metrics

@@ -1,15 +1,19 @@
-"""SDAR: GRPO plus a gated self-distillation term (../shared/METHODS.md, "SDAR").
+"""SDAR: GRPO plus a gated self-distillation term (``docs/methods.md``, "SDAR").
 
-    L = L_GRPO + lambda * L_SDAR
+    L = pg_coef * L_PG + kl_coef * KL + lambda * L_SDAR          (one aggregation, ``aggregation``)
     delta_t = logT(y_t | s_t+) - logS(y_t | s_t)        (logS detached for the gap)
     g_t     = sigmoid(beta * delta_t)                   (detached: a pure confidence weight)
-    L_SDAR  = token-mean( g_t * (logT - logS) )          (logT detached: gradient -g_t d logS)
+    L_SDAR  = agg( g_t * (logT - logS) )                 (logT detached: gradient -g_t d logS)
 
-The teacher is the policy itself with retrieved skills as privileged context (``--teacher self
---skills BANK --retrieval S``). Defaults follow the paper's public code: lambda 0.01, beta 5,
-kl_coef 0.01 (k3 to the initial policy); the paper's group size 8 is ``rollout.group_size``.
-The GRPO term is ``grpo`` exactly (same settings). Metrics: gate_mean, gate_above_half,
-gap_mean, negative_gap_share.
+L_PG and KL are ``grpo``'s exactly (same settings and defaults). The teacher is the policy itself
+with retrieved skills as privileged context (``--teacher self``). Defaults are the paper's public
+code's: lambda 0.01, beta 5, kl_coef 0.01 (k3 to the initial policy), pg_coef 1; the paper's
+group size 8 is ``rollout.group_size``. The distillation term is reduced with the policy loss's
+aggregation mode, as in the reference. Metrics: gate_mean, gate_above_half, gap_mean,
+negative_gap_share, sdar_loss, grpo_loss.
+
+The SDAR paper's OPSD and GRPO+OPSD baselines are this code with pg_coef = 0 (``opsd``) and with
+beta = 0 (``grpo_opsd``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from agentkit.core.trajectory import Trajectory
 class SDARConfig(GRPOConfig):
     lam: float = Field(0.01, ge=0, description="Weight lambda of the SDAR term.")
     beta: float = Field(5.0, ge=0, description="Gate sharpness: g = sigmoid(beta * (logT - logS)).")
-    kl_coef: float = Field(0.01, ge=0, description="Weight of the k3 KL to the frozen reference.")
+    pg_coef: float = Field(1.0, ge=0, description="Weight of the GRPO policy-gradient term (0: the paper's OPSD).")
 
 
 def sdar_gate(logprobs: torch.Tensor, logT: torch.Tensor, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,19 +53,27 @@ class SDAR(GRPO):
     def beta(self) -> float:
         return self.config.beta
 
+    def pg_coef(self) -> float:
+        return self.config.pg_coef
+
+    def requirements(self) -> Capabilities:
+        return replace(super().requirements(), needs_groups=self.pg_coef() > 0)
+
     def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
         batch = with_teacher(super().prepare(trajectories), scores, type(self).__name__)
         gate, _ = sdar_gate(batch.old_logprobs, batch.teacher_logprobs, self.beta())  # [B, L], at sampling time
         return replace(batch, signals={**batch.signals, "gate": gate * batch.response_mask})
 
     def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        grpo_loss, metrics = super().loss(batch, logprobs)
-        mask = batch.response_mask  # [B, L]
+        cfg, mask = self.config, batch.response_mask  # [B, L]
+        pg, kl_term, metrics = self.policy_terms(batch, logprobs)  # [B, L] each
         logT = teacher_logprobs(batch, type(self).__name__)  # [B, L], no gradient
         gate, gap = sdar_gate(logprobs, logT, self.beta())  # [B, L]
-        distill = aggregate(gate * (logT - logprobs), batch, "token-mean")
+        distill = gate * (logT - logprobs)  # [B, L]
+        loss = aggregate(self.pg_coef() * pg + kl_term + cfg.lam * distill, batch, cfg.aggregation)
         metrics.update(gap_metrics(gap, mask))
         metrics.update({"gate_mean": float(masked_mean(gate, mask)),
                         "gate_above_half": float(masked_mean((gate > 0.5).float(), mask)),
-                        "sdar_loss": float(distill.detach()), "grpo_loss": float(grpo_loss.detach())})
-        return grpo_loss + self.config.lam * distill, metrics
+                        "sdar_loss": float(aggregate(distill.detach(), batch, cfg.aggregation)),
+                        "grpo_loss": float(aggregate(pg.detach(), batch, cfg.aggregation))})  # unweighted by pg_coef
+        return loss, metrics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import agentkit.objectives
@@ -30,9 +30,14 @@ from agentkit.core.trajectory import Trajectory, Turn
 
 
 def test_group_advantages_golden():
-    # group a: returns 1, 0, 0, 1 -> mean 0.5, population std 0.5 -> +-1; group b: all equal -> 0
-    adv = group_advantages([1, 0, 0, 1, 3, 3], ["a", "a", "a", "a", "b", "b"], eps=0.0)
-    assert adv == pytest.approx([1, -1, -1, 1, 0, 0])
+    # group a: returns 1, 0, 0, 1 -> mean 0.5, unbiased std sqrt(1/3) -> +-0.866 (verl, TRL);
+    # population std 0.5 -> +-1; group b: all equal -> 0; a group of one -> 0
+    returns, groups = [1, 0, 0, 1, 3, 3, 5], ["a", "a", "a", "a", "b", "b", "c"]
+    a = 0.5 / math.sqrt(1 / 3)
+    assert group_advantages(returns, groups, eps=0.0) == pytest.approx([a, -a, -a, a, 0, 0, 0])
+    assert group_advantages(returns, groups, eps=0.0, unbiased_std=False) == pytest.approx([1, -1, -1, 1, 0, 0, 0])
+    assert group_advantages([1, 0, 4], ["a"] * 3, eps=0.5) == pytest.approx([(x - 5 / 3) / (math.sqrt(13 / 3) + 0.5)
+                                                                             for x in (1, 0, 4)])
     assert group_advantages([1, 0], ["a", "a"], normalize_std=False) == pytest.approx([0.5, -0.5])
 
 
@@ -48,7 +53,7 @@ def test_grpo_clipped_loss_golden():
     # one row, two response tokens; ratios e^0.5 = 1.6487 (clipped to 1.28) and e^-0.5 = 0.6065
     old = [[0.0, -1.0, -1.0]]
     logprobs = torch.tensor([[0.0, -0.5, -1.5]])
-    grpo = make_objective("grpo", {"clip_low": 0.2, "clip_high": 0.28})
+    grpo = make_objective("grpo", {"clip_low": 0.2, "clip_high": 0.28, "kl_coef": 0.0})
     loss_pos, m = grpo.loss(batch_of([[0, 1, 1]], old, [[0, 1, 1]]), logprobs)
     assert float(loss_pos) == pytest.approx(-(1.28 + math.exp(-0.5)) / 2, rel=1e-5)
     assert m["clip_fraction"] == pytest.approx(0.5)
@@ -85,9 +90,10 @@ def test_grpo_prepare_spreads_episode_advantage_and_penalty():
     # chat rows: [1,2,3,4,1,2,3,4] -> targets are ids[1:]; response targets at columns 1,2,5,6
     assert batch.response_mask[0].tolist() == [0, 1, 1, 0, 0, 1, 1]
     assert batch.old_logprobs[0].tolist() == pytest.approx([0, -0.1, -0.2, 0, 0, -0.1, -0.2])
-    # returns 1 and 0 - 2*0.5 = -1 -> advantages +1 and -1 on every response token
-    assert batch.advantages[0].tolist() == pytest.approx([0, 1, 1, 0, 0, 1, 1], abs=1e-5)
-    assert batch.advantages[1].tolist() == pytest.approx([0, -1, -1, 0, 0, -1, -1], abs=1e-5)
+    # returns 1 and 0 - 2*0.5 = -1 -> mean 0, unbiased std sqrt(2): advantages +-1/sqrt(2) on every response token
+    a = 1 / math.sqrt(2)
+    assert batch.advantages[0].tolist() == pytest.approx([0, a, a, 0, 0, a, a], abs=1e-5)
+    assert batch.advantages[1].tolist() == pytest.approx([0, -a, -a, 0, 0, -a, -a], abs=1e-5)
     assert batch.token_normalizer == 8 and batch.sequence_normalizer == 2
 
 
@@ -122,12 +128,17 @@ def test_capabilities_are_declared_and_readable_without_building():
             assert declared_needs[need] or not resolved_needs[need], (name, need)
     assert capabilities_of("sft").uses_demonstrations and not capabilities_of("sft").needs_groups
     # every GRPO-family objective compares episodes within a group; distillation from a separate model does not
-    assert all(capabilities_of(n).needs_groups for n in ("grpo", "sdar", "grpo_opsd", "rlsd", "skill_sd", "skill_grpo"))
+    family = ("grpo", "sdar", "grpo_opsd", "grpo_opsd_rkl", "rlsd", "skill_sd", "skill_grpo")
+    assert all(make_objective(n).requirements().needs_groups for n in family)
     assert not capabilities_of("opd").needs_groups and capabilities_of("opd").default_teacher is None
-    assert capabilities_of("opsd").default_teacher == "self"
+    assert capabilities_of("opsd").default_teacher == "self" and capabilities_of("opsd_rkl").default_teacher == "self"
+    # one KL default for the whole GRPO family (and the paper's OPSD): every one needs the reference
+    assert all(make_objective(n).config.kl_coef == 0.01 for n in (*family, "opsd"))
     # settings resolve the needs that depend on them
-    assert not make_objective("grpo").requirements().needs_reference
-    assert make_objective("grpo", {"kl_coef": 0.1}).requirements().needs_reference
+    assert not make_objective("grpo", {"kl_coef": 0.0}).requirements().needs_reference
+    assert make_objective("grpo").requirements().needs_reference
+    assert not make_objective("opsd").requirements().needs_groups
+    assert make_objective("opsd", {"pg_coef": 1.0}).requirements().needs_groups
     full = make_objective("opd", {"estimator": "full", "topk": 5}).requirements()
     assert full.needs_support and full.topk == 5
     assert not make_objective("opd").requirements().needs_support
@@ -186,8 +197,9 @@ def test_teacher_objectives_prepare_from_the_loops_scores():
     scores = StepScores(teacher=TeacherScores(logprobs=logT, top1=logT))
     batch = make_objective("sdar").prepare(trajs, scores)
     assert torch.equal(batch.teacher_logprobs, logT)
-    assert batch.advantages[0].tolist() == pytest.approx([0, 1, 1, 0, 0, 1, 1], abs=1e-5)  # GRPO's part unchanged
-    for name in ("opd", "opsd", "sdar", "grpo_opsd", "rlsd", "skill_sd", "sage_opd"):
+    a = 1 / math.sqrt(2)
+    assert batch.advantages[0].tolist() == pytest.approx([0, a, a, 0, 0, a, a], abs=1e-5)  # GRPO's part unchanged
+    for name in ("opd", "opsd", "opsd_rkl", "sdar", "grpo_opsd", "grpo_opsd_rkl", "rlsd", "skill_sd", "sage_opd"):
         with pytest.raises(ValueError, match="needs the teacher's scores: pass prepare"):
             make_objective(name).prepare(trajs, None)
     with pytest.raises(ValueError, match="teacher's scores are"):
@@ -199,3 +211,39 @@ def test_teacher_objectives_prepare_from_the_loops_scores():
     assert sage.metrics["judge_strong_share"] == 0.5
     with pytest.raises(ValueError, match="sage_opd needs the turn judgments"):
         make_objective("sage_opd").prepare(trajs, scores)
+
+
+@pytest.mark.parametrize("context", ["chat", "window"])
+def test_ratio_is_one_before_the_update_at_the_sampling_temperature(backend, context):
+    # real episodes sampled at T = 0.7: the trainer's logprobs equal the recorded ones (ratio 1)
+    from agentkit.envs import ActionParser, make
+    from agentkit.objectives import policy_logprobs
+    from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
+
+    collector = Collector(backend, lambda: make("vaults/vaults-v0", max_turns=3, action_parser=ActionParser()),
+                          env_id="vaults/vaults-v0", sampling=SamplingParams(temperature=0.7, max_new_tokens=8),
+                          context=context)
+    trajectories = []
+    backend.reseed(3)
+    collector.run([EpisodeSpec(seed, s) for seed in range(2) for s in range(2)], trajectories.append)
+    collector.close()
+    grpo = make_objective("grpo", {"kl_coef": 0.0})
+    batch = grpo.prepare(trajectories, None)
+    assert batch.temperature.tolist() == pytest.approx([0.7] * batch.num_rows)
+    mask = batch.response_mask > 0
+    with torch.no_grad():
+        logprobs = policy_logprobs(backend.model, batch)
+        _, metrics = grpo.loss(batch, logprobs)
+        plain = policy_logprobs(backend.model, replace(batch, temperature=None))  # the raw softmax
+    assert torch.allclose(logprobs[mask], batch.old_logprobs[mask], atol=1e-4)
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and metrics["clip_fraction"] == 0.0
+    assert not torch.allclose(plain[mask], batch.old_logprobs[mask], atol=1e-2)
+
+
+def test_training_refuses_truncated_sampling():
+    from agentkit.train_config import TrainConfig
+
+    for sampling in ({"top_p": 0.9}, {"top_k": 20}):
+        with pytest.raises(ValueError, match="training samples from the whole distribution.*Drop --top-p/--top-k"):
+            TrainConfig(sampling=sampling)
+    assert TrainConfig(sampling={"temperature": 0.7}).sampling.temperature == 0.7

@@ -79,6 +79,11 @@ def test_a_shared_flag_sets_the_same_key_in_every_command_that_has_it(key):
             with pytest.raises(ConfigError, match=r"--device cuda \(backend.device\): one training process"):
                 _parse(command, row.flag, typed)
             continue
+        if command == "train" and key in ("sampling.top_p", "sampling.top_k"):
+            with pytest.raises(ConfigError, match=r"training samples from the whole distribution"):
+                _parse(command, row.flag, typed)
+            assert _get(_parse(command, row.flag, typed, "--objective", "sft", "--demos", "d.jsonl"), key) == expected
+            continue
         workers = ["--env-workers", "1"] if key == "env.ray" else []
         cfg = _parse(command, *argv, *workers)
         assert _get(cfg, key) == expected, (command, key)

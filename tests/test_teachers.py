@@ -172,7 +172,7 @@ def test_the_loop_scores_what_the_objective_declares(backend, episodes):
     batch = sage.prepare(trajectories, scores)
     assert torch.equal(batch.teacher_logprobs, direct.logprobs)
     # a full-vocabulary objective asks the teacher for its distribution; grpo asks for nothing
-    opsd = make_objective("opsd", {"estimator": "full", "topk": 3}).requirements()
+    opsd = make_objective("opsd_rkl", {"estimator": "full", "topk": 3}).requirements()
     teacher, judge = build_teacher_and_judge(opsd, teacher_spec=None, policy=backend.model,
                                              tokenizer=backend.tokenizer, bank=bank)
     assert teacher.name == "self" and judge is None

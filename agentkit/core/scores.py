@@ -69,7 +69,10 @@ class StepScores:
     Attributes:
         teacher: the teacher's scores of the step's response tokens (objectives that need a teacher).
         judgments: the turn labels (objectives that need a judge).
+        step: the 1-based training step the trajectories were collected at (schedules such as
+            RLSD's decaying lambda read it).
     """
 
     teacher: TeacherScores | None = None
     judgments: Judgments | None = None
+    step: int = 1

@@ -1,7 +1,7 @@
 """What the training loop credits a retrieved skill with, for UCB retrieval (``SkillBank.record_episode``).
 
-A bandit learns only from a reward its arm can move (METHODS.md, "SkillBank retrieval"). Who sees
-the skills decides what that is, and the objective declares it (``Capabilities``):
+A bandit learns only from a reward its arm can move (``docs/methods.md``, "Skill-bank retrieval
+credit"). Who sees the skills decides what that is, and the objective declares it (``Capabilities``):
 
 - The policy sees them (``policy_sees_skills``: Skill-GRPO): the episode's return.
 - Only the teacher does (SDAR, OPSD, RLSD, Skill-SD; any objective with a teacher given a bank):

@@ -1,4 +1,4 @@
-"""GRPO for multi-turn episodes (../shared/METHODS.md, "GRPO").
+"""GRPO for multi-turn episodes (``docs/methods.md``, "GRPO").
 
 A_i = (R_i - mean(R_group)) / (std(R_group) + eps), or without the std (Dr. GRPO); every response
 token of every turn of episode i gets A_i. Per token: -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A),

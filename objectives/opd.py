@@ -1,5 +1,5 @@
 """OPD: on-policy distillation, reverse KL to a teacher on the student's own samples
-(../shared/METHODS.md, "OPD").
+(``docs/methods.md``, "OPD").
 
 Per response token k_t = logS - logT (teacher = a separate, usually larger, model with the same
 tokenizer; ``--teacher model:DIR``). Two estimators:

@@ -1,5 +1,5 @@
 """SAGE-OPD: verifier-free, turn-level weighted on-policy distillation
-(../shared/METHODS.md, "SAGE-OPD").
+(``docs/methods.md``, "SAGE-OPD").
 
     L = Z * sum_t s_t * L_OPD(h_t, a_t)
     s_t = i_t * c_t
@@ -14,7 +14,7 @@ expert action (ablations). The loop builds the judge from these settings (``requ
 and passes its labels to ``prepare`` with the teacher's scores. Each token's weight Z * s_t is
 computed in ``prepare`` and stored in ``batch.weights``.
 
-Departure: Z is computed over the step's whole batch (the "batch" of METHODS.md); with
+Departure: Z is computed over the step's whole batch (the "batch" of the paper); with
 ``train.minibatches > 1`` a minibatch's mean weight is then 1 only on average. Metrics: shares of
 skip/weak/strong, share decided by the deterministic check, unparseable share, mean c_t, Z.
 """

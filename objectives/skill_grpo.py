@@ -1,5 +1,5 @@
 """Skill-GRPO baseline: GRPO where the policy itself sees the retrieved skills, at train and at
-test time (../shared/METHODS.md, "Baselines from the SDAR paper's table").
+test time (``docs/methods.md``, "Skill-GRPO").
 
 The maths is ``grpo`` exactly; what differs is the rollout: the collector puts the retrieved
 skills ("[Skills]" block) before the first observation of every episode, training and evaluation

@@ -3,9 +3,9 @@
 The block is rendered as one extra chat message (role ``system``) with the tokenizer's own
 template and placed *before* the student's sequence: teacher input = block + student's
 context and response ids, unchanged. Every chat template renders a lone system message and the
-student's tokens are never re-tokenized. (METHODS.md puts the block "before the task prompt"; this
-is before the system prompt that precedes it, which keeps it out of the student's token stream
-entirely.)
+student's tokens are never re-tokenized. (The SDAR paper's code prepends the raw text before the
+rendered prompt and re-encodes it; this is before the system prompt, as a message of its own,
+which keeps it out of the student's token stream entirely: ``docs/methods.md``, "SDAR".)
 
 The environment's part of the block is that of the turn being scored: ``Turn.privileged``, the
 environment's text for the state the turn answered. Where an environment replans (TextWorld,

@@ -1,7 +1,7 @@
 """Turn judges for SAGE-OPD: how much should the teacher intervene on each student turn?
 
 Labels: ``skip`` (0), ``weak`` (alpha), ``strong`` (1). Every judge first applies the deterministic
-check of ../shared/METHODS.md: a turn whose action the environment did not execute (malformed,
+check of SAGE-OPD (``docs/methods.md``): a turn whose action the environment did not execute (malformed,
 unparseable, unknown command, invalid tool call: ``action_valid`` False) is ``strong`` without
 asking anyone. The rest go to:
 

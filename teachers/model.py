@@ -71,7 +71,8 @@ class ModelTeacher:
 
     @torch.no_grad()
     def score(self, batch, trajectories: Sequence[Trajectory], *, topk: int | None = None) -> TeacherScores:
-        """Teacher log-probs at ``batch``'s response positions.
+        """Teacher log-probs at ``batch``'s response positions, at each row's sampling temperature
+        (log softmax(logits / T), as the trainer computes the student's; verl does the same).
 
         ``topk``: None = no distribution; 0 = the full vocabulary; k > 0 = the teacher's top k.
         """
@@ -117,6 +118,8 @@ class ModelTeacher:
             column = {pos: c for c, pos in enumerate(keep)}
             logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
                                 logits_to_keep=torch.tensor(keep, device=device)).logits.float().cpu()  # [b, C, V]
+            if batch.temperature is not None:  # at the sampling temperature, as the student's logprobs are
+                logits = logits / batch.temperature[[s.row for s in chunk]][:, None, None]
             logp = torch.log_softmax(logits, dim=-1)  # [b, C, V]
             vocab = logp.shape[-1]
             if topk is not None and support_lp is None:

@@ -47,6 +47,11 @@ class PromptLogprobTeacher:
             raise ConfigError(f"Teacher {self.name} scores through prompt_logprobs, which return the top-k only: "
                               "set the objective's topk > 0, or use a local teacher (self, model:DIR) for the full "
                               "vocabulary.")
+        if batch.temperature is not None and bool((batch.temperature != 1).any()):
+            raise ConfigError(f"Teacher {self.name} scores through the server's prompt_logprobs, which are at "
+                              f"temperature 1, and these episodes were sampled at {sorted(set(batch.temperature.tolist()))}: "
+                              "train at sampling.temperature=1 (--temperature 1), or use a local teacher (self, model:DIR), "
+                              "which scores at the sampling temperature.")
         k = max(1, topk or 1)
         sequences = teacher_sequences(batch, trajectories, self.privileged, self.bank, self.tokenizer)
         rows, length = batch.num_rows, batch.response_mask.shape[1]

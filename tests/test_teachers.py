@@ -379,3 +379,28 @@ def test_a_block_that_never_changes_is_one_pass_per_row(backend, deviating, epis
             want = logp[len(blocks[e]):-1].gather(1, batch.input_ids[r, 1: lengths[r]][:, None]).squeeze(1)
             row_mask = batch.response_mask[r, : lengths[r] - 1].bool()
             assert torch.allclose(scores.logprobs[r, : lengths[r] - 1][row_mask], want[row_mask], atol=1e-5)
+
+
+def test_teachers_score_at_the_sampling_temperature(backend):
+    # episodes sampled at T = 0.7: the self-teacher without a block reproduces their recorded logprobs
+    from dataclasses import replace
+
+    from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
+    from agentkit.rollout.run import env_factory
+    from agentkit.teachers.remote import PromptLogprobTeacher
+
+    out = []
+    collector = Collector(backend, env_factory("textworld/coin-v0", split="train", max_turns=2, env_kwargs={"level": 1}),
+                          env_id="textworld/coin-v0", sampling=SamplingParams(temperature=0.7, max_new_tokens=6, seed=2))
+    collector.run([EpisodeSpec(0, 0), EpisodeSpec(1, 0)], out.append)
+    batch = build_batch(out)
+    mask = batch.response_mask.bool()
+    teacher = make_teacher("self", policy=backend.model, tokenizer=backend.tokenizer, privileged=[])
+    scores = teacher.score(batch, out)
+    assert torch.allclose(scores.logprobs[mask], batch.old_logprobs[mask], atol=1e-4)
+    at_one = teacher.score(replace(batch, temperature=None), out)  # the plain softmax: other numbers
+    assert not torch.allclose(at_one.logprobs[mask], batch.old_logprobs[mask], atol=1e-2)
+    # a server's prompt logprobs are at temperature 1: refused for episodes sampled otherwise
+    remote = PromptLogprobTeacher(None, backend.tokenizer, name="openai:http://127.0.0.1:1/v1")
+    with pytest.raises(ConfigError, match=r"prompt_logprobs, which are at temperature 1.*--temperature 1"):
+        remote.score(batch, out, topk=1)

@@ -2,6 +2,7 @@
 tests, and list the mutants no test kills.
 
     python scripts/mutate_objectives.py [--files objectives/sdar.py ...] [--out mutants.json]
+    python scripts/mutate_objectives.py --again mutants.json     # only the survivors of an earlier run
 
 Each mutant is one of: an arithmetic operator swapped (+ -, * /), a comparison flipped (< <=, > >=),
 a numeric constant changed (c -> c + 1, 0 -> 1), a unary minus dropped, a ``.detach()`` removed,
@@ -173,7 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", nargs="*", default=[f"objectives/{f}" for f in FILES])
     parser.add_argument("--out", default="mutants.json", help="Where the survivors are written (JSON).")
+    parser.add_argument("--again", help="Run only the survivors listed in this earlier --out file.")
     args = parser.parse_args(argv)
+    again = None
+    if args.again:
+        earlier = json.loads(Path(args.again).read_text())["survivors"]
+        again = {(r["file"], r["mutant"]) for r in earlier}
+        args.files = sorted({r["file"] for r in earlier})
     import pydantic  # noqa: F401  (imported once here; every child inherits them)
     import pytest  # noqa: F401
     import torch  # noqa: F401
@@ -186,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         original = path.read_text(encoding="utf-8")
         try:
             for what, source, line in mutants(original):
+                if again is not None and (name, what) not in again:
+                    continue
                 path.write_text(source, encoding="utf-8")
                 started = time.perf_counter()
                 returncode = _run_tests()

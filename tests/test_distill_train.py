@@ -20,13 +20,15 @@ BASE = ["env.id=textworld/coin-v0", "env.kwargs.level=1", "env.max_turns=3", "ev
         "train.steps=2", "checkpoint.every=1"]
 DIAGNOSTICS = {
     "opd": {"reverse_kl", "teacher_logprob_mean", "clip_fraction"},
-    "opsd": {"reverse_kl", "teacher_logprob_mean"},
+    "opsd": {"gate_mean", "gap_mean", "negative_gap_share", "sdar_loss", "kl"},
+    "opsd_rkl": {"reverse_kl", "teacher_logprob_mean"},
     "grpo_opsd": {"gate_mean", "gap_mean", "negative_gap_share", "sdar_loss"},
+    "grpo_opsd_rkl": {"reverse_kl", "distill_loss", "grpo_loss", "kl"},
     "sdar": {"gate_mean", "gate_above_half", "gap_mean", "negative_gap_share", "kl"},
     "sage_opd": {"judge_skip_share", "judge_weak_share", "judge_strong_share", "judge_check_share",
                  "judge_unparseable_share", "confidence_mean", "Z"},
-    "rlsd": {"weight_mean", "weight_clipped_share", "gap_mean"},
-    "skill_sd": {"distill_k3", "gap_mean"},
+    "rlsd": {"weight_mean", "weight_clipped_share", "gap_mean", "rlsd_lambda"},
+    "skill_sd": {"distill_k3", "distill_loss", "gap_mean"},
     "skill_grpo": {"pg_loss", "clip_fraction"},
 }
 
@@ -35,7 +37,8 @@ def run(tmp_path, objective, student, *extra):
     out = tmp_path / objective
     cfg = load_config(None, [*BASE, f"objective.name={objective}", f"model={student}", f"out={out}",
                              "objective.args.invalid_action_penalty=0.1" if objective in (
-                                 "sdar", "grpo_opsd", "rlsd", "skill_sd", "skill_grpo") else "seed=0", *extra])
+                                 "sdar", "grpo_opsd", "grpo_opsd_rkl", "rlsd", "skill_sd", "skill_grpo") else "seed=0",
+                             *extra])
     train(cfg, show_progress=False)
     return out, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 

@@ -106,21 +106,28 @@ def test_the_shared_batch_is_not_degenerate():
 
 
 def test_grpo_golden():
-    check(run("grpo", {}), expect(grpo_tokens()))  # defaults: clip 0.2/0.2, dual-clip 3, kl 0.01
+    got = run("grpo", {})
+    check(got, expect(grpo_tokens()))  # defaults: clip 0.2/0.2, dual-clip 3, kl 0.01
+    assert got[2]["clip_fraction"] == pytest.approx(2 / 5)  # tokens 0 and 3; the three inside the clip are not
+    assert got[2]["ratio_mean"] == pytest.approx(sum(math.exp(LOGS[b][t] - LOGOLD[b][t]) for b, t in TOKENS) / N)
+    assert got[2]["kl"] == pytest.approx(sum(k3_token(LOGS[b][t], LOGREF[b][t])[0] for b, t in TOKENS) / N)
     check(run("grpo", {"kl_coef": 0.0}), expect(grpo_tokens(kl_coef=0.0)))
     check(run("grpo", {"kl_coef": 0.3, "aggregation": "sequence-mean"}),
           expect(grpo_tokens(kl_coef=0.3), "sequence-mean"))
 
 
 def test_grpo_dual_clip_caps_negative_advantages():
-    # A = -1, r = e^1.5 = 4.48 > c = 3: the PPO loss 4.48 is capped at 3 with no gradient
-    batch = batch_of([[1, 1]], [[-2.5, -1.0]], [[-1.0, -1.0]])
-    logs = [[-1.0, -1.1]]
-    second = (math.exp(-0.1), math.exp(-0.1))  # r = e^-0.1 inside the clip: loss -rA = r, d/ds = r
-    for c, first in ((3.0, (3.0, 0.0)), (0.0, (math.exp(1.5), math.exp(1.5)))):
+    # token 0: A = -2, r = e^1.5 = 4.48 > c = 3: the PPO loss 8.96 is capped at 3 * 2 = 6 with no gradient;
+    # token 1: A = -2, r = e^-0.1 inside the clip: loss -rA = 2r, d/ds = 2r; token 2: A = +0.5, r = e^0.1 inside
+    batch = batch_of([[1, 1, 1]], [[-2.5, -1.0, -1.0]], [[-2.0, -2.0, 0.5]])
+    logs = [[-1.0, -1.1, -0.9]]
+    second = (2 * math.exp(-0.1), 2 * math.exp(-0.1))
+    third = (-0.5 * math.exp(0.1), -0.5 * math.exp(0.1))
+    for c, first, clipped in ((3.0, (6.0, 0.0), 1 / 3), (0.0, (2 * math.exp(1.5), 2 * math.exp(1.5)), 0.0)):
         got = run("grpo", {"kl_coef": 0.0, "dual_clip": c}, batch, logs)
-        assert got[0] == pytest.approx((first[0] + second[0]) / 2, rel=1e-6)
-        assert got[1][0].tolist() == pytest.approx([first[1] / 2, second[1] / 2], rel=1e-6)
+        assert got[0] == pytest.approx((first[0] + second[0] + third[0]) / 3, rel=1e-6)
+        assert got[1][0].tolist() == pytest.approx([first[1] / 3, second[1] / 3, third[1] / 3], rel=1e-6)
+        assert got[2]["clip_fraction"] == pytest.approx(clipped)  # the dual-clipped token counts as clipped
     with pytest.raises(Exception, match="dual_clip must be above 1"):
         make_objective("grpo", {"dual_clip": 0.5})
 
@@ -132,6 +139,19 @@ def test_k3_kl_is_clamped_at_ten():
     assert loss == pytest.approx(10.0) and float(grad[0, 0]) == 0.0 and m["kl"] == pytest.approx(10.0)
     loss, _, _ = run("grpo", {"kl_coef": 1.0, "kl_clamp": 0.0}, batch, [[-5.0]])
     assert loss == pytest.approx(math.exp(3) - 4, rel=1e-6)
+    loss, _, _ = run("grpo", {"kl_coef": 1.0, "kl_clamp": 1.0}, batch, [[-5.0]])
+    assert loss == pytest.approx(1.0)
+    # the log-ratio is clamped at 20 before exp (verl): logRef - logS = 25 counts as 20
+    far = batch_of([[1]], [[-30.0]], [[0.0]], ref=[[-5.0]])
+    loss, _, _ = run("grpo", {"kl_coef": 1.0, "kl_clamp": 0.0}, far, [[-30.0]])
+    assert loss == pytest.approx(math.exp(20) - 20 - 1, rel=1e-6)
+
+
+def test_the_policy_ratio_is_clamped_at_e20():
+    # logS - logOld = 25 with A = -1 and no dual-clip: loss -rA = r, r = e^20 (not e^25)
+    batch = batch_of([[1]], [[-30.0]], [[-1.0]])
+    loss, _, _ = run("grpo", {"kl_coef": 0.0, "dual_clip": 0.0}, batch, [[-5.0]])
+    assert loss == pytest.approx(math.exp(20), rel=1e-6)
 
 
 def sdar_tokens(lam: float, beta: float, pg_coef: float = 1.0, kl_coef: float = 0.01):
@@ -152,6 +172,20 @@ def test_sdar_golden():
     assert got[2]["gate_mean"] == pytest.approx(sum(gates) / N)
     assert got[2]["gate_above_half"] == pytest.approx(sum(g > 0.5 for g in gates) / N)
     assert got[2]["negative_gap_share"] == pytest.approx(2 / 5)
+
+
+def test_sdar_records_the_gate_at_sampling_time():
+    # prepare's per-token signal for the viewer: sigmoid(beta * (logT - logOld)) on response tokens, 0 elsewhere
+    trajectories = [_trajectory("g", 1.0, [3], [[-0.9, -1.0, -0.35]]), _trajectory("g", 0.0, [2], [[-1.6, -0.55]])]
+    batch = build_batch(trajectories)
+    teacher = torch.zeros_like(batch.response_mask)
+    teacher[batch.response_mask > 0] = torch.tensor([-0.2, -2.0, -0.1, -2.5, -0.4])
+    prepared = make_objective("sdar", {"beta": 3.0}).prepare(
+        trajectories, StepScores(teacher=TeacherScores(logprobs=teacher, top1=teacher)))
+    gaps = [-0.2 + 0.9, -2.0 + 1.0, -0.1 + 0.35, -2.5 + 1.6, -0.4 + 0.55]
+    gate = prepared.signals["gate"]
+    assert gate[batch.response_mask > 0].tolist() == pytest.approx([sig(3.0 * g) for g in gaps], rel=1e-6)
+    assert float(gate[batch.response_mask == 0].abs().sum()) == 0.0
 
 
 def test_opsd_is_the_papers_pg_free_sdar():

@@ -128,8 +128,10 @@ def test_grpo_dual_clip_caps_negative_advantages():
         assert got[0] == pytest.approx((first[0] + second[0] + third[0]) / 3, rel=1e-6)
         assert got[1][0].tolist() == pytest.approx([first[1] / 3, second[1] / 3, third[1] / 3], rel=1e-6)
         assert got[2]["clip_fraction"] == pytest.approx(clipped)  # the dual-clipped token counts as clipped
-    with pytest.raises(Exception, match="dual_clip must be above 1"):
-        make_objective("grpo", {"dual_clip": 0.5})
+    for bad in (0.5, 1.0):
+        with pytest.raises(Exception, match="dual_clip must be above 1"):
+            make_objective("grpo", {"dual_clip": bad})
+    assert make_objective("grpo", {"dual_clip": 1.5}).config.dual_clip == 1.5
 
 
 def test_k3_kl_is_clamped_at_ten():
@@ -288,8 +290,13 @@ def test_rlsd_reweights_advantages_from_the_sampling_time_gap_with_a_decaying_la
                 for sign, gap in zip(signs, gaps, strict=True)]
         assert got == pytest.approx(want, rel=1e-5), step
         assert prepared.metrics["rlsd_lambda"] == pytest.approx(lam_s)
+        weights = [min(max(math.exp(sign * gap), 0.8), 1.2) for sign, gap in zip(signs, gaps, strict=True)]
+        assert prepared.metrics["weight_mean"] == pytest.approx(sum(weights) / 5, rel=1e-6)
+        raw = [math.exp(sign * gap) for sign, gap in zip(signs, gaps, strict=True)]
+        assert prepared.metrics["weight_clipped_share"] == pytest.approx(sum(not 0.8 <= r <= 1.2 for r in raw) / 5)
     constant = make_objective("rlsd", {"decay_steps": 0}).prepare(trajectories, scores(500))
     assert constant.metrics["rlsd_lambda"] == 0.5
+    assert make_objective("rlsd", {"decay_steps": 1}).prepare(trajectories, scores(1)).metrics["rlsd_lambda"] == 0.0
     # the loss is GRPO's on the reweighted advantages (no teacher term of its own)
     prepared = rlsd.prepare(trajectories, scores(1))
     logS = torch.where(prepared.response_mask > 0, prepared.old_logprobs + 0.05, torch.zeros(()))
@@ -374,3 +381,38 @@ def _index_of(batch, part) -> list[int]:
                         and torch.equal(batch.response_mask[i, : n - 1], part.response_mask[r, : n - 1])
                         and int(batch.episode_index[i]) == int(part.episode_index[r])))
     return out
+
+
+def test_opd_full_estimator_on_the_policys_support_layout():
+    # the loop passes the policy's support log-probs as [N, K] (N = response positions, row-major):
+    # two rows, three response positions, a 3-token vocabulary; the teacher's [B, L, V] carries no gradient
+    mask = [[1, 0], [1, 1]]
+    student = torch.log(torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8], [0.6, 0.2, 0.2]]))  # [N, V]
+    teacher_rows = [[[0.4, 0.4, 0.2], [0.3, 0.3, 0.4]], [[0.2, 0.2, 0.6], [0.7, 0.1, 0.2]]]
+    teacher = torch.log(torch.tensor(teacher_rows)).requires_grad_(True)  # [B, L, V]
+    batch = replace(batch_of(mask, [[-1.0, 0.0], [-1.0, -1.0]], [[0.0, 0.0], [0.0, 0.0]]),
+                    teacher_logprobs=torch.zeros(2, 2), teacher_support_logprobs=teacher)
+    support = student.clone().requires_grad_(True)
+    loss, _ = make_objective("opd", {"estimator": "full", "topk": 0}).loss(batch, torch.zeros(2, 2), support)
+    loss.backward()
+    pairs = [(student[0], teacher_rows[0][0]), (student[1], teacher_rows[1][0]), (student[2], teacher_rows[1][1])]
+    kls = [sum(math.exp(s) * (s - math.log(t)) for s, t in zip(st.tolist(), tt, strict=True)) for st, tt in pairs]
+    assert float(loss) == pytest.approx(sum(kls) / 3, rel=1e-5)
+    assert teacher.grad is None or float(teacher.grad.abs().sum()) == 0.0
+    # d KL / d log pS(v) = pS(v) (log pS(v) - log pT(v) + 1), over 3 positions
+    s0, t0 = student[0].tolist(), teacher_rows[0][0]
+    want = [math.exp(s) * (s - math.log(t) + 1) / 3 for s, t in zip(s0, t0, strict=True)]
+    assert support.grad[0].tolist() == pytest.approx(want, rel=1e-5)
+
+
+def test_sage_opd_keeps_weights_when_the_weighted_mass_is_below_one():
+    # one weak turn of one token with confidence 0.5: sum s |a| = 0.15 < 1, still Z = 1 / 0.15
+    trajectories = [_trajectory("a", 1.0, [1], [[-0.5]])]
+    batch = build_batch(trajectories)
+    top1 = torch.zeros_like(batch.response_mask)
+    top1[batch.response_mask > 0] = math.log(0.5)
+    scores = StepScores(teacher=TeacherScores(logprobs=top1, top1=top1),
+                        judgments=Judgments(labels=[["weak"]], by_check=[[False]]))
+    prepared = make_objective("sage_opd", {"alpha": 0.3}).prepare(trajectories, scores)
+    assert prepared.metrics["Z"] == pytest.approx(1 / 0.15)
+    assert prepared.weights[batch.response_mask > 0].tolist() == pytest.approx([1.0])

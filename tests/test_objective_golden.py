@@ -174,6 +174,9 @@ def test_sdar_golden():
     assert got[2]["gate_mean"] == pytest.approx(sum(gates) / N)
     assert got[2]["gate_above_half"] == pytest.approx(sum(g > 0.5 for g in gates) / N)
     assert got[2]["negative_gap_share"] == pytest.approx(2 / 5)
+    distill = [(g * (LOGT[b][t] - LOGS[b][t]), 0.0) for g, (b, t) in zip(gates, TOKENS, strict=True)]
+    assert got[2]["sdar_loss"] == pytest.approx(expect(distill, "sequence-mean")[0], rel=1e-5)
+    assert got[2]["grpo_loss"] == pytest.approx(expect(grpo_tokens(kl_coef=0.0), "sequence-mean")[0], rel=1e-5)
 
 
 def test_sdar_records_the_gate_at_sampling_time():
@@ -212,15 +215,33 @@ def opd_tokens(weights=None, high: float = 0.28):
     return out
 
 
+REVERSE_KL = sum(LOGS[b][t] - LOGT[b][t] for b, t in TOKENS) / N  # the metric: mean of logS - logT
+GAP_MEAN = -REVERSE_KL
+
+
 def test_opd_sampled_golden():
-    check(run("opd", {}), expect(opd_tokens()))
+    got = run("opd", {})
+    check(got, expect(opd_tokens()))
+    assert got[2]["reverse_kl"] == pytest.approx(REVERSE_KL)
+    assert got[2]["teacher_logprob_mean"] == pytest.approx(sum(LOGT[b][t] for b, t in TOKENS) / N)
     check(run("opsd_rkl", {}), expect(opd_tokens()))  # the reverse-KL self-distillation variant
+    # topk 1: renormalized over the teacher's single token both distributions are 1 there: KL 0
+    one = torch.log(torch.tensor([[[0.7]]]))
+    batch = replace(batch_of([[1]], [[0.0]], [[0.0]]), teacher_logprobs=torch.zeros(1, 1),
+                    teacher_support_logprobs=torch.log(torch.tensor([[[0.4]]])))
+    loss, _ = make_objective("opd", {"estimator": "full", "topk": 1}).loss(batch, torch.zeros(1, 1), one[0])
+    assert float(loss) == pytest.approx(0.0, abs=1e-7)
 
 
 def test_grpo_opsd_rkl_adds_the_reverse_kl_term():
     grpo, opd = grpo_tokens(), opd_tokens(high=0.2)
     want = [(g + 0.5 * o, dg + 0.5 * do) for (g, dg), (o, do) in zip(grpo, opd, strict=True)]
-    check(run("grpo_opsd_rkl", {"lam": 0.5}), expect(want))
+    got = run("grpo_opsd_rkl", {"lam": 0.5})
+    check(got, expect(want))
+    assert got[2]["reverse_kl"] == pytest.approx(REVERSE_KL) and got[2]["gap_mean"] == pytest.approx(GAP_MEAN)
+    assert got[2]["distill_loss"] == pytest.approx(sum(o for o, _ in opd) / N, rel=1e-5)
+    assert got[2]["grpo_loss"] == pytest.approx(sum(ppo_token(LOGS[b][t], LOGOLD[b][t], ADV[b])[0]
+                                                    for b, t in TOKENS) / N, rel=1e-5)
 
 
 def skill_sd_tokens(coef: float, max_log_ratio: float = 10.0, max_exponent: float = 20.0):
@@ -239,7 +260,12 @@ def skill_sd_tokens(coef: float, max_log_ratio: float = 10.0, max_exponent: floa
 
 
 def test_skill_sd_golden():
-    check(run("skill_sd", {}), expect(skill_sd_tokens(coef=0.001)))
+    got = run("skill_sd", {})
+    check(got, expect(skill_sd_tokens(coef=0.001)))
+    k3 = [math.exp(LOGT[b][t] - LOGS[b][t]) - 1 + LOGS[b][t] - LOGT[b][t] for b, t in TOKENS]
+    rho = [math.exp(LOGS[b][t] - LOGOLD[b][t]) for b, t in TOKENS]
+    assert got[2]["gap_mean"] == pytest.approx(GAP_MEAN) and got[2]["distill_k3"] == pytest.approx(sum(k3) / N)
+    assert got[2]["distill_loss"] == pytest.approx(sum(r * k for r, k in zip(rho, k3, strict=True)) / N, rel=1e-5)
     check(run("skill_sd", {"coef": 0.9}), expect(skill_sd_tokens(coef=0.9)))
     # rho is differentiable: below the clamps the term's gradient is the reverse-KL one, rho (logS - logT)
     _, grad, _ = run("skill_sd", {"coef": 1.0, "kl_coef": 0.0, "clip_low": 10.0, "clip_high": 10.0},
@@ -336,11 +362,12 @@ def test_sage_opd_label_turn_confidence_and_z_mapping():
     logS = torch.zeros_like(batch.response_mask)
     logS[where] = torch.tensor([-0.45, -0.65, -0.75, -0.2, -0.25, -0.5, -1.0, -1.0, -0.95, -0.7])
     logS.requires_grad_(True)
-    loss, _ = sage.loss(prepared, logS)
+    loss, metrics = sage.loss(prepared, logS)
     loss.backward()
     old, lT, lS = batch.old_logprobs[where].tolist(), logT[where].tolist(), logS.detach()[where].tolist()
     per = [ppo_token(s_, o, t_ - s_, low=0.2, high=0.28, c=0.0) for s_, o, t_ in zip(lS, old, lT, strict=True)]
     assert float(loss) == pytest.approx(sum(w * p[0] for w, p in zip(want, per, strict=True)) / 10, rel=1e-5)
+    assert metrics["reverse_kl"] == pytest.approx(sum(s_ - t_ for s_, t_ in zip(lS, lT, strict=True)) / 10, rel=1e-5)
     assert logS.grad[where].tolist() == pytest.approx([w * p[1] / 10 for w, p in zip(want, per, strict=True)], rel=1e-5)
 
 

@@ -441,5 +441,5 @@ def test_sage_opd_keeps_weights_when_the_weighted_mass_is_below_one():
     scores = StepScores(teacher=TeacherScores(logprobs=top1, top1=top1),
                         judgments=Judgments(labels=[["weak"]], by_check=[[False]]))
     prepared = make_objective("sage_opd", {"alpha": 0.3}).prepare(trajectories, scores)
-    assert prepared.metrics["Z"] == pytest.approx(1 / 0.15)
+    assert prepared.metrics["Z"] == pytest.approx(1 / 0.15) and prepared.metrics["confidence_mean"] == pytest.approx(0.5)
     assert prepared.weights[batch.response_mask > 0].tolist() == pytest.approx([1.0])

@@ -337,8 +337,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_objectives_list(args: argparse.Namespace) -> int:
     from agentkit.objectives import describe
 
-    for name, dist, about in describe():
-        print(f"{name:12} {about}  [{dist}]")
+    rows = describe()
+    width = max((len(name) for name, _, _ in rows), default=0)
+    for name, dist, about in rows:
+        print(f"{name:{width + 1}} {about or '(no description)'}  [{dist}]")
     return 0
 
 

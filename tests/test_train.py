@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +137,8 @@ def test_external_objective_plugin_trains(tiny_model_dir, demos, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
     listed = subprocess.run([sys.executable, "-m", "agentkit.cli", "objectives", "list"], capture_output=True, text=True, env=env)
     assert "weighted_sft" in listed.stdout and "agentkit-objective-demo" in listed.stdout
+    # one column for the descriptions, however long a name (grpo_opsd_rkl) is
+    assert len({re.match(r"\S+\s+", line).end() for line in listed.stdout.splitlines()}) == 1, listed.stdout
     run = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, "-m", "agentkit.cli", "train", "--objective", "weighted_sft", "--demos", str(demos), "--model",

@@ -106,9 +106,12 @@ def teacher_logprobs(batch: TokenBatch, objective: str) -> torch.Tensor:
     return batch.teacher_logprobs.detach()  # a teacher quantity never carries gradient
 
 
-def opd_advantages(logprobs: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-token advantage -k_t = -(logS - logT), detached (the sampled reverse-KL estimate)."""
-    return -(logprobs.detach() - teacher) * mask
+def sampled_reverse_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor,
+                       clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPD's sampled estimator per token [B, L]: -k_t = -(logS - logT), detached, as the token's
+    advantage in the clipped policy gradient (no dual-clip); and whether each token was clipped."""
+    advantages = -(logprobs.detach() - teacher) * mask  # [B, L]
+    return clipped_pg(logprobs, old_logprobs, advantages, clip_low, clip_high)
 
 
 def gap_metrics(gap: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

@@ -24,10 +24,9 @@ import torch
 from agentkit.objectives.batch import TokenBatch
 from agentkit.objectives.common import (
     aggregate,
-    clipped_pg,
     gap_metrics,
     masked_mean,
-    opd_advantages,
+    sampled_reverse_kl,
     teacher_logprobs,
     with_teacher,
 )
@@ -70,8 +69,7 @@ class GRPOOPSDRKL(GRPO):
         cfg, mask = self.config, batch.response_mask  # [B, L]
         pg, kl_term, metrics = self.policy_terms(batch, logprobs)  # [B, L] each
         logT = teacher_logprobs(batch, "grpo_opsd_rkl")  # [B, L]
-        distill, _ = clipped_pg(logprobs, batch.old_logprobs, opd_advantages(logprobs, logT, mask),
-                                cfg.clip_low, cfg.clip_high)  # [B, L]
+        distill, _ = sampled_reverse_kl(logprobs, batch.old_logprobs, logT, mask, cfg.clip_low, cfg.clip_high)  # [B, L]
         loss = aggregate(pg + kl_term + cfg.lam * distill, batch, cfg.aggregation)
         metrics.update(gap_metrics((logT - logprobs).detach(), mask))
         metrics.update({"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask)),

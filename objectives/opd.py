@@ -25,9 +25,8 @@ import torch
 from agentkit.objectives.batch import TokenBatch, build_batch
 from agentkit.objectives.common import (
     aggregate,
-    clipped_pg,
     masked_mean,
-    opd_advantages,
+    sampled_reverse_kl,
     teacher_logprobs,
     with_teacher,
 )
@@ -78,8 +77,8 @@ class OPD:
         metrics = {"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask)),
                    "teacher_logprob_mean": float(masked_mean(logT, mask))}
         if cfg.estimator == "sampled":
-            advantages = opd_advantages(logprobs, logT, mask)  # [B, L]
-            per_token, clipped = clipped_pg(logprobs, batch.old_logprobs, advantages, cfg.clip_low, cfg.clip_high)
+            per_token, clipped = sampled_reverse_kl(logprobs, batch.old_logprobs, logT, mask, cfg.clip_low,
+                                                    cfg.clip_high)  # [B, L]
             metrics["clip_fraction"] = float(masked_mean(clipped.float(), mask))
         else:
             if support is None or batch.teacher_support_logprobs is None:

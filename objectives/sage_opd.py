@@ -29,9 +29,8 @@ import torch
 from agentkit.objectives.batch import TokenBatch, build_batch
 from agentkit.objectives.common import (
     aggregate,
-    clipped_pg,
     masked_mean,
-    opd_advantages,
+    sampled_reverse_kl,
     teacher_logprobs,
     with_teacher,
 )
@@ -115,8 +114,8 @@ class SAGEOPD:
     def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         cfg, mask = self.config, batch.response_mask  # [B, L]
         logT = teacher_logprobs(batch, "sage_opd")  # [B, L]
-        advantages = opd_advantages(logprobs, logT, mask)  # [B, L]
-        per_token, clipped = clipped_pg(logprobs, batch.old_logprobs, advantages, cfg.clip_low, cfg.clip_high)
+        per_token, clipped = sampled_reverse_kl(logprobs, batch.old_logprobs, logT, mask, cfg.clip_low,
+                                                cfg.clip_high)  # [B, L]
         loss = aggregate(batch.weights * per_token, batch, "token-mean")
         return loss, {"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask)),
                       "clip_fraction": float(masked_mean(clipped.float(), mask))}

@@ -49,7 +49,7 @@ import torch
 
 from agentkit.core.errors import ConfigError
 from agentkit.core.trajectory import Trajectory
-from agentkit.objectives import Capabilities, StepScores, build_batch
+from agentkit.objectives import Capabilities, StepScores, TokenBatch
 
 NEUTRAL = 0.5  # the credit that says nothing about a skill
 
@@ -90,11 +90,13 @@ def lift_credits(lifts: Sequence[float], returns: Sequence[float], groups: Seque
     return [(1.0 + a * ((u > 0) - (u < 0))) / 2 for a, u in zip(outcomes, lifts, strict=True)]
 
 
-def skill_credits(capabilities: Capabilities, trajectories: Sequence[Trajectory],
-                  scores: StepScores | None) -> list[float]:
+def skill_credits(capabilities: Capabilities, trajectories: Sequence[Trajectory], scores: StepScores | None,
+                  batch: TokenBatch) -> list[float]:
     """What each episode credits its skills with, in ``trajectories``' order: its return when the
     policy sees the skills, the teacher-only credit when only a teacher does (``scores`` from
-    ``agentkit.scoring.score_step``), ``NEUTRAL`` when nobody does."""
+    ``agentkit.scoring.score_step``), ``NEUTRAL`` when nobody does. ``batch`` is the step's token
+    batch in ``build_batch(trajectories)``'s layout, the one the teacher's scores are aligned with
+    (the objective's prepared batch: the loop does not pad the step a third time)."""
     if capabilities.policy_sees_skills:
         return [t.episode_return for t in trajectories]
     if not capabilities.needs_teacher:
@@ -102,7 +104,6 @@ def skill_credits(capabilities: Capabilities, trajectories: Sequence[Trajectory]
     if scores is None or scores.teacher is None:
         raise ConfigError("skill_credits(): the objective has a teacher but no teacher scores were given; pass "
                           "the step's score_step(...) result.")
-    batch = build_batch(trajectories)  # the layout the teacher's scores are aligned with
     teacher = scores.teacher.logprobs.cpu()  # [B, L]
     if teacher.shape != batch.response_mask.shape:
         raise ValueError(f"skill_credits(): the teacher's scores are {tuple(teacher.shape)}, the step's batch "

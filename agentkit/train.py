@@ -399,10 +399,10 @@ def score(run: Run, trajectories: list, step: int):
     cfg, ranks = run.cfg, run.ranks
     started = time.perf_counter()
     scores = score_step(run.needs, run.teacher, run.judge, trajectories, step=step + 1)
-    if run.bank is not None:  # UCB statistics: what each episode credits its skills with, in a fixed order
-        for t, credit in zip(trajectories, skill_credits(run.needs, trajectories, scores), strict=True):
-            run.bank.record_episode(t.skills, credit)
     batch = run.objective.prepare(trajectories, scores)
+    if run.bank is not None:  # UCB statistics: what each episode credits its skills with, in a fixed order
+        for t, credit in zip(trajectories, skill_credits(run.needs, trajectories, scores, batch), strict=True):
+            run.bank.record_episode(t.skills, credit)
     prepare_s = time.perf_counter() - started
     if ranks.is_main and cfg.log.signal_episodes:  # per-token teacher signals of a few episodes
         records = episode_signals(batch, trajectories, episodes=cfg.log.signal_episodes,

@@ -75,13 +75,14 @@ def test_the_credit_follows_who_sees_the_skills():
         assert needs.uses_skills and needs.needs_teacher and not needs.policy_sees_skills, name
     assert capabilities_of("skill_grpo").policy_sees_skills
     trajectories = [_trajectory("g", 0, 1.0, ["x"]), _trajectory("g", 1, 0.0, ["x"]), _trajectory("h", 0, 0.0, ["y"])]
-    scores = StepScores(teacher=LiftTeacher([0.3, 0.2, -1.0]).score(build_batch(trajectories), trajectories))
-    assert skill_credits(capabilities_of("skill_grpo"), trajectories, None) == [1.0, 0.0, 0.0]  # the returns
-    assert skill_credits(capabilities_of("sdar"), trajectories, scores) == pytest.approx([1.0, 0.0, NEUTRAL])
+    batch = build_batch(trajectories)
+    scores = StepScores(teacher=LiftTeacher([0.3, 0.2, -1.0]).score(batch, trajectories))
+    assert skill_credits(capabilities_of("skill_grpo"), trajectories, None, batch) == [1.0, 0.0, 0.0]  # the returns
+    assert skill_credits(capabilities_of("sdar"), trajectories, scores, batch) == pytest.approx([1.0, 0.0, NEUTRAL])
     nobody = Capabilities(uses_skills=True)  # skills that neither the policy nor a teacher sees
-    assert skill_credits(nobody, trajectories, None) == [NEUTRAL] * 3
+    assert skill_credits(nobody, trajectories, None, batch) == [NEUTRAL] * 3
     with pytest.raises(ValueError, match="no teacher scores"):
-        skill_credits(capabilities_of("sdar"), trajectories, None)
+        skill_credits(capabilities_of("sdar"), trajectories, None, batch)
 
 
 def test_the_loops_score_phase_records_each_episodes_credit(tmp_path):

@@ -20,7 +20,16 @@ from typing import ClassVar, Literal
 
 import torch
 from agentkit.objectives.batch import TokenBatch, build_batch
-from agentkit.objectives.common import aggregate, clipped_pg, group_advantages, k3_kl, masked_mean
+from agentkit.objectives.common import (
+    aggregate,
+    clipped_pg,
+    gap_metrics,
+    group_advantages,
+    k3_kl,
+    masked_mean,
+    teacher_logprobs,
+    with_teacher,
+)
 from agentkit.objectives.protocol import Capabilities
 from agentkit.objectives.scores import StepScores
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -100,3 +109,44 @@ class GRPO:
         loss = aggregate(pg + kl_term, batch, self.config.aggregation)
         metrics["pg_loss"] = float(loss.detach())
         return loss, metrics
+
+
+class GRPOWithTeacherTerm(GRPO):
+    """GRPO plus a per-token term toward the privileged teacher, both in one aggregation:
+
+        L = pg_coef * agg(PG) + kl_coef * agg(k3) + weight * agg(term)
+
+    (``sdar``, ``skill_sd``, ``grpo_opsd_rkl``). A subclass gives ``teacher_term`` (the per-token
+    term [B, L] and its own metrics) and ``term_weight``; every one logs the gap metrics, the
+    term's aggregate as ``term_metric`` and the unweighted policy-gradient term as ``grpo_loss``.
+    """
+
+    capabilities: ClassVar[Capabilities] = replace(GRPO.capabilities, needs_teacher=True, default_teacher="self",
+                                                   uses_skills=True)
+    term_metric: ClassVar[str] = "distill_loss"
+
+    def pg_coef(self) -> float:
+        return 1.0
+
+    def term_weight(self) -> float:
+        raise NotImplementedError(f"{type(self).__name__} must define term_weight()")
+
+    def teacher_term(self, batch: TokenBatch, logprobs: torch.Tensor,
+                     logT: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        raise NotImplementedError(f"{type(self).__name__} must define teacher_term()")
+
+    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
+        return with_teacher(super().prepare(trajectories), scores, type(self).__name__)
+
+    def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg, mask = self.config, batch.response_mask  # [B, L]
+        pg, kl_term, metrics = self.policy_terms(batch, logprobs)  # [B, L] each
+        logT = teacher_logprobs(batch, type(self).__name__)  # [B, L], no gradient
+        term, term_metrics = self.teacher_term(batch, logprobs, logT)  # [B, L]
+        loss = aggregate(self.pg_coef() * pg + kl_term + self.term_weight() * term, batch, cfg.aggregation)
+        metrics.update(gap_metrics((logT - logprobs).detach(), mask))
+        metrics.update(term_metrics)
+        metrics.update({self.term_metric: float(aggregate(term.detach(), batch, cfg.aggregation)),
+                        "grpo_loss": float(aggregate(pg.detach(), batch, cfg.aggregation))})  # unweighted by pg_coef
+        return loss, metrics
+

@@ -16,27 +16,15 @@ loss"); both terms are reduced with the policy loss's aggregation mode.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import ClassVar
-
 import torch
 from agentkit.objectives.batch import TokenBatch
 from agentkit.objectives.common import (
-    aggregate,
-    gap_metrics,
     masked_mean,
     sampled_reverse_kl,
-    teacher_logprobs,
-    with_teacher,
 )
-from agentkit.objectives.grpo import GRPO, GRPOConfig
-from agentkit.objectives.protocol import Capabilities
-from agentkit.objectives.scores import StepScores
+from agentkit.objectives.grpo import GRPOConfig, GRPOWithTeacherTerm
 from agentkit.objectives.sdar import SDAR
 from pydantic import Field
-
-from agentkit.core.trajectory import Trajectory
 
 
 class GRPOOPSDConfig(GRPOConfig):
@@ -57,22 +45,14 @@ class GRPOOPSDRKLConfig(GRPOConfig):
     lam: float = Field(1.0, ge=0, description="Weight of the reverse-KL self-distillation term.")
 
 
-class GRPOOPSDRKL(GRPO):
+class GRPOOPSDRKL(GRPOWithTeacherTerm):
     Config = GRPOOPSDRKLConfig
-    capabilities: ClassVar[Capabilities] = replace(GRPO.capabilities, needs_teacher=True, default_teacher="self",
-                                                   uses_skills=True)
 
-    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
-        return with_teacher(super().prepare(trajectories), scores, "grpo_opsd_rkl")
+    def term_weight(self) -> float:
+        return self.config.lam
 
-    def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def teacher_term(self, batch: TokenBatch, logprobs: torch.Tensor,
+                     logT: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         cfg, mask = self.config, batch.response_mask  # [B, L]
-        pg, kl_term, metrics = self.policy_terms(batch, logprobs)  # [B, L] each
-        logT = teacher_logprobs(batch, "grpo_opsd_rkl")  # [B, L]
-        distill, _ = sampled_reverse_kl(logprobs, batch.old_logprobs, logT, mask, cfg.clip_low, cfg.clip_high)  # [B, L]
-        loss = aggregate(pg + kl_term + cfg.lam * distill, batch, cfg.aggregation)
-        metrics.update(gap_metrics((logT - logprobs).detach(), mask))
-        metrics.update({"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask)),
-                        "distill_loss": float(aggregate(distill.detach(), batch, cfg.aggregation)),
-                        "grpo_loss": float(aggregate(pg.detach(), batch, cfg.aggregation))})
-        return loss, metrics
+        term, _ = sampled_reverse_kl(logprobs, batch.old_logprobs, logT, mask, cfg.clip_low, cfg.clip_high)  # [B, L]
+        return term, {"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask))}

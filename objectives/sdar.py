@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import ClassVar
 
 import torch
 from agentkit.objectives.batch import TokenBatch
-from agentkit.objectives.common import aggregate, gap_metrics, masked_mean, teacher_logprobs, with_teacher
-from agentkit.objectives.grpo import GRPO, GRPOConfig
+from agentkit.objectives.common import masked_mean
+from agentkit.objectives.grpo import GRPOConfig, GRPOWithTeacherTerm
 from agentkit.objectives.protocol import Capabilities
 from agentkit.objectives.scores import StepScores
 from pydantic import Field
@@ -45,10 +44,9 @@ def sdar_gate(logprobs: torch.Tensor, logT: torch.Tensor, beta: float) -> tuple[
     return torch.sigmoid(beta * gap), gap
 
 
-class SDAR(GRPO):
+class SDAR(GRPOWithTeacherTerm):
     Config = SDARConfig
-    capabilities: ClassVar[Capabilities] = replace(GRPO.capabilities, needs_teacher=True, default_teacher="self",
-                                                   uses_skills=True)
+    term_metric = "sdar_loss"
 
     def beta(self) -> float:
         return self.config.beta
@@ -56,24 +54,20 @@ class SDAR(GRPO):
     def pg_coef(self) -> float:
         return self.config.pg_coef
 
+    def term_weight(self) -> float:
+        return self.config.lam
+
     def requirements(self) -> Capabilities:
         return replace(super().requirements(), needs_groups=self.pg_coef() > 0)
 
     def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
-        batch = with_teacher(super().prepare(trajectories), scores, type(self).__name__)
+        batch = super().prepare(trajectories, scores)
         gate, _ = sdar_gate(batch.old_logprobs, batch.teacher_logprobs, self.beta())  # [B, L], at sampling time
         return replace(batch, signals={**batch.signals, "gate": gate * batch.response_mask})
 
-    def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        cfg, mask = self.config, batch.response_mask  # [B, L]
-        pg, kl_term, metrics = self.policy_terms(batch, logprobs)  # [B, L] each
-        logT = teacher_logprobs(batch, type(self).__name__)  # [B, L], no gradient
-        gate, gap = sdar_gate(logprobs, logT, self.beta())  # [B, L]
-        distill = gate * (logT - logprobs)  # [B, L]
-        loss = aggregate(self.pg_coef() * pg + kl_term + cfg.lam * distill, batch, cfg.aggregation)
-        metrics.update(gap_metrics(gap, mask))
-        metrics.update({"gate_mean": float(masked_mean(gate, mask)),
-                        "gate_above_half": float(masked_mean((gate > 0.5).float(), mask)),
-                        "sdar_loss": float(aggregate(distill.detach(), batch, cfg.aggregation)),
-                        "grpo_loss": float(aggregate(pg.detach(), batch, cfg.aggregation))})  # unweighted by pg_coef
-        return loss, metrics
+    def teacher_term(self, batch: TokenBatch, logprobs: torch.Tensor,
+                     logT: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        mask = batch.response_mask  # [B, L]
+        gate, _ = sdar_gate(logprobs, logT, self.beta())  # [B, L]
+        return gate * (logT - logprobs), {"gate_mean": float(masked_mean(gate, mask)),
+                                          "gate_above_half": float(masked_mean((gate > 0.5).float(), mask))}

@@ -17,19 +17,11 @@ than the student. The KL to the reference is GRPO's (kl_coef 0.01 by default).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import ClassVar
-
 import torch
 from agentkit.objectives.batch import TokenBatch
-from agentkit.objectives.common import aggregate, gap_metrics, masked_mean, teacher_logprobs, with_teacher
-from agentkit.objectives.grpo import GRPO, GRPOConfig
-from agentkit.objectives.protocol import Capabilities
-from agentkit.objectives.scores import StepScores
+from agentkit.objectives.common import masked_mean
+from agentkit.objectives.grpo import GRPOConfig, GRPOWithTeacherTerm
 from pydantic import Field
-
-from agentkit.core.trajectory import Trajectory
 
 
 class SkillSDConfig(GRPOConfig):
@@ -47,23 +39,14 @@ def skill_sd_terms(logprobs: torch.Tensor, logT: torch.Tensor, old_logprobs: tor
     return rho, k3
 
 
-class SkillSD(GRPO):
+class SkillSD(GRPOWithTeacherTerm):
     Config = SkillSDConfig
-    capabilities: ClassVar[Capabilities] = replace(GRPO.capabilities, needs_teacher=True, default_teacher="self",
-                                                   uses_skills=True)
 
-    def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
-        return with_teacher(super().prepare(trajectories), scores, "skill_sd")
+    def term_weight(self) -> float:
+        return self.config.coef
 
-    def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        cfg, mask = self.config, batch.response_mask  # [B, L]
-        pg, kl_term, metrics = self.policy_terms(batch, logprobs)  # [B, L] each
-        logT = teacher_logprobs(batch, "skill_sd")  # [B, L]
+    def teacher_term(self, batch: TokenBatch, logprobs: torch.Tensor,
+                     logT: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg = self.config
         rho, k3 = skill_sd_terms(logprobs, logT, batch.old_logprobs, cfg.max_log_ratio, cfg.max_exponent)
-        distill = rho * k3  # [B, L]
-        loss = aggregate(pg + kl_term + cfg.coef * distill, batch, cfg.aggregation)
-        metrics.update(gap_metrics((logT - logprobs).detach(), mask))
-        metrics.update({"distill_k3": float(masked_mean(k3.detach(), mask)),
-                        "distill_loss": float(aggregate(distill.detach(), batch, cfg.aggregation)),
-                        "grpo_loss": float(aggregate(pg.detach(), batch, cfg.aggregation))})
-        return loss, metrics
+        return rho * k3, {"distill_k3": float(masked_mean(k3.detach(), batch.response_mask))}

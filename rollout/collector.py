@@ -29,7 +29,7 @@ from agentkit.envs.formats import ActionFormat
 from agentkit.envs.protocol import Env
 from agentkit.envs.registry import env_info
 from agentkit.rollout.backend import GenerationBackend, SamplingParams
-from agentkit.rollout.context import EpisodeContext, format_observation, make_context
+from agentkit.rollout.context import EpisodeContext, format_observation, make_context, task_type_of
 from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 
 from agentkit.core.errors import ConfigError, EnvError
@@ -290,7 +290,7 @@ class Collector:
                     return
                 ep.observation, ep.info = result.value
                 ep.task, ep.privileged = ep.info.get("task") or "", ep.info.get("privileged")
-                ep.task_type = str(ep.info.get("task_type") or ep.info.get("task_name") or "") or None
+                ep.task_type = task_type_of(ep.info)
                 if self.skills is not None:
                     ids, ep.skill_text = self.skills(ep.spec, ep.task, ep.info)
                     ep.skills = list(ids)

@@ -200,6 +200,11 @@ def make_context(mode: ContextMode, tokenizer: Any, system_prompt: str = DEFAULT
     raise ConfigError(f"context mode must be one of {list(CONTEXT_MODES)}, got {mode!r}.")
 
 
+def task_type_of(info: dict[str, Any]) -> str | None:
+    """The task's type as the environment names it at reset (``info['task_type']`` or ``'task_name'``)."""
+    return str(info.get("task_type") or info.get("task_name") or "") or None
+
+
 def format_observation(observation: str, info: dict[str, Any], *, show_admissible: bool, first: bool) -> str:
     """The user message for one turn: the task on the first turn (if the text lacks it), the
     observation, and the admissible actions when the environment lists them."""

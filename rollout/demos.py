@@ -16,7 +16,7 @@ from typing import Any
 from agentkit.envs.formats import ActionFormat
 from agentkit.envs.protocol import Env
 from agentkit.envs.registry import env_info
-from agentkit.rollout.context import encode, format_observation, make_context
+from agentkit.rollout.context import encode, format_observation, make_context, task_type_of
 
 from agentkit.core.errors import EnvError
 from agentkit.core.settings import ContextSettings, default
@@ -35,7 +35,7 @@ def play_demonstration(env: Env, tokenizer: Any, *, env_id: str, seed: int, spli
     obs, info = env.reset(seed=seed)
     if "expert_plan" not in info:
         raise EnvError(f"{env_id} gives no info['expert_plan']: it has no expert to demonstrate.")
-    task, privileged = info.get("task") or "", info.get("privileged")
+    task, privileged, task_type = info.get("task") or "", info.get("privileged"), task_type_of(info)
     state = builder.start(task)
     turns: list[Turn] = []
     terminated = truncated = False
@@ -62,7 +62,7 @@ def play_demonstration(env: Env, tokenizer: Any, *, env_id: str, seed: int, spli
         id=f"{group}|0", env=env_id, task=task, seed=seed, split=split, group=group, sample=0, turns=turns,
         episode_return=float(sum(t.reward for t in turns)), won=bool(info.get("won")), score=float(info.get("score") or 0.0),
         terminated=terminated, truncated=truncated, model=model, sampling={"source": "expert"}, context_mode=builder.mode,
-        privileged=privileged, created_at=time.time(),
+        privileged=privileged, task_type=task_type, created_at=time.time(),
     )
 
 

@@ -180,3 +180,12 @@ def test_the_starter_bank_states_each_family_rule_for_that_family_only():
         chosen = make_retriever(name).retrieve(bank, info["task"], 3, env=ENV, task_type=info["task_type"],
                                                rng=random.Random(0))
         assert f"vaults.{info['task_type']}" in [s.id for s in chosen], name
+
+
+def test_demonstrations_record_the_task_type_as_the_collector_does(tiny_model_dir):
+    from agentkit.rollout.demos import play_demonstration
+    from agentkit.rollout.hf_backend import load_tokenizer
+
+    env = make(ENV, split="dev", families="target", action_parser="format")
+    demo = play_demonstration(env, load_tokenizer(tiny_model_dir), env_id=ENV, seed=2, split="dev")
+    assert demo.won and demo.task_type == VaultsEnv(split="dev", families="target").task(2).family

@@ -53,9 +53,29 @@ SIZES: dict[str, ModelSize] = {
 def corpus_lines(include_textworld: bool = True) -> list[str]:
     """The tokenizer's training text, deterministic for the same installed extras."""
     seed = resources.files("agentkit").joinpath("data/seed_corpus.txt").read_text(encoding="utf-8")
-    lines = [line for line in seed.splitlines() if line.strip()]
+    lines = [line for line in seed.splitlines() if line.strip()] + _vaults_text()
     if include_textworld:
         lines += _textworld_text()
+    return lines
+
+
+def _vaults_text() -> list[str]:
+    """The built-in vaults environment's words (rules, observations, every phrasing, a dead end), so
+    its markers and family names are whole tokens rather than letters."""
+    from agentkit.envs.vaults_env import META_FAMILIES, PHRASINGS, TARGET_FAMILIES, VaultsEnv, rule_text
+
+    lines = [rule_text(family) for family in (*META_FAMILIES, *TARGET_FAMILIES)]
+    env = VaultsEnv(families="all")
+    for seed in range(len(META_FAMILIES) + len(TARGET_FAMILIES)):
+        obs, info = env.reset(seed=seed)
+        wrong = next(a for a in info["admissible_actions"] if a not in info["expert_plan"])
+        lines += [obs, info["task"], "Available actions: " + ", ".join(info["admissible_actions"])]
+        for action in (wrong, "go back", *info["expert_plan"]):
+            obs, _, terminated, _, info = env.step(action)
+            lines += [f"<action>{action}</action>", obs]
+            if terminated:
+                break
+    lines += [f"<action>{phrasing.format(m='star')}</action>" for phrasing in PHRASINGS]
     return lines
 
 

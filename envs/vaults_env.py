@@ -19,9 +19,13 @@ vault of the family.
   the action parser answers it without a move; the registered turn limit, 8, bounds those turns.)
 - Rewards are per step: ``1/chambers`` for each chamber passed (``rewards="dense"``), or 1.0 for
   the last one only (``"sparse"``); a won episode returns 1.0 either way.
-- Families: ``META_FAMILIES`` (for teaching a policy to read skills) and ``TARGET_FAMILIES`` (held
-  out for RL), chosen with ``families="meta" | "target" | "all"`` or a list of names. Seed ``s``
-  plays family ``s mod len(families)``, so consecutive seeds cycle through the families.
+- Families: twelve named ones, ``META_FAMILIES`` and ``TARGET_FAMILIES`` (each marker is right in
+  exactly one), and 240 generated ``PRACTICE_FAMILIES`` ("kalomi", ...) whose rules are drawn
+  over all twelve markers: a policy taught on those cannot memorize a few rules and has to read
+  each task's rule from its skill (``examples/vaults_bench`` SFTs on them and runs RL on the named
+  ones). Chosen with ``families="meta" | "target" | "all"`` (= ``"named"``) ``| "practice"`` or a
+  list of names. Seed ``s`` plays family ``s mod len(families)``, so consecutive seeds cycle
+  through the families.
 - Splits: ``train``, ``dev`` and ``test`` are disjoint seed ranges of ``SEEDS_PER_SPLIT`` tasks
   each (the layouts are drawn from ``split offset + seed``). The registration names ``dev`` the
   held-out split that training evaluates on, so training curves are dev curves and ``test`` is
@@ -51,7 +55,23 @@ RULES: dict[str, str] = {
 META_FAMILIES = ("amber", "basalt", "cedar", "dusk", "ember", "frost", "garnet", "harbor")
 TARGET_FAMILIES = ("indigo", "juniper", "kelp", "lotus")
 MARKERS = tuple(sorted(RULES.values()))
-FAMILY_SETS = {"meta": META_FAMILIES, "target": TARGET_FAMILIES, "all": META_FAMILIES + TARGET_FAMILIES}
+
+
+def _practice_families(count: int = 240) -> dict[str, str]:
+    """Generated families ("kalomi", ...) whose rules are drawn over every marker: a policy taught
+    on them cannot memorize a few fixed rules and has to read each task's rule from its skill."""
+    rng = random.Random("vaults|practice")
+    syllables = ("ka", "lo", "mi", "ru", "te", "sa", "no", "vi", "pe", "du", "zo", "ha")
+    names = sorted({"".join(rng.choice(syllables) for _ in range(3)) for _ in range(4 * count)})
+    rng.shuffle(names)
+    return {name: rng.choice(MARKERS) for name in names[:count]}
+
+
+PRACTICE_RULES = _practice_families()
+PRACTICE_FAMILIES = tuple(PRACTICE_RULES)
+FAMILY_RULES = {**RULES, **PRACTICE_RULES}  # every family, named and practice
+FAMILY_SETS = {"meta": META_FAMILIES, "target": TARGET_FAMILIES, "all": META_FAMILIES + TARGET_FAMILIES,
+               "named": META_FAMILIES + TARGET_FAMILIES, "practice": PRACTICE_FAMILIES}
 
 SEEDS_PER_SPLIT = 1_000_000
 SPLIT_OFFSETS = {"train": 0, "dev": SEEDS_PER_SPLIT, "test": 2 * SEEDS_PER_SPLIT}
@@ -67,11 +87,11 @@ _WORD = re.compile(r"[a-z]+")
 
 def rule_text(family: str) -> str:
     """The family's rule, as its skill states it."""
-    return f"In {family} vaults take the exit marked {RULES[family]}."
+    return f"In {family} vaults take the exit marked {FAMILY_RULES[family]}."
 
 
 def parse_families(families: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """``meta``, ``target``, ``all``, a comma-separated string or a list of family names."""
+    """``meta``, ``target``, ``all``/``named``, ``practice``, a comma-separated string or a list of names."""
     if isinstance(families, str) and families in FAMILY_SETS:
         return FAMILY_SETS[families]
     if isinstance(families, str):
@@ -79,11 +99,11 @@ def parse_families(families: str | list[str] | tuple[str, ...]) -> tuple[str, ..
     elif isinstance(families, (list, tuple)) and all(isinstance(name, str) for name in families):
         names = [name.strip() for name in families]
     else:
-        raise ConfigError(f"families must be 'meta', 'target', 'all' or a list of family names, got {families!r}.")
-    unknown = [name for name in names if name not in RULES]
+        raise ConfigError(f"families must be 'meta', 'target', 'all', 'practice' or a list of family names, got {families!r}.")
+    unknown = [name for name in names if name not in FAMILY_RULES]
     if unknown or not names:
-        raise ConfigError(f"unknown vault families {unknown or names!r}; choose from {list(RULES)} "
-                          "(or 'meta', 'target', 'all').")
+        raise ConfigError(f"unknown vault families {unknown or names!r}; choose from {list(RULES)}, a practice "
+                          "family, or a set: 'meta', 'target', 'all' (= 'named'), 'practice'.")
     return tuple(dict.fromkeys(names))
 
 
@@ -96,12 +116,12 @@ class Vault:
 
     @property
     def marker(self) -> str:
-        return RULES[self.family]
+        return FAMILY_RULES[self.family]
 
 
 def make_vault(family: str, layout_seed: int, *, chambers: int, exits: int) -> Vault:
     rng = random.Random(f"vaults|{family}|{layout_seed}")
-    right = RULES[family]
+    right = FAMILY_RULES[family]
     others = [m for m in MARKERS if m != right]
     rows = []
     for _ in range(chambers):
@@ -127,7 +147,7 @@ class VaultsEnv:
 
     Args:
         split: ``train``, ``dev``, ``test`` (disjoint seed ranges) or ``eval`` (= ``dev``).
-        families: ``all``, ``meta``, ``target`` or a list of family names.
+        families: ``all`` (= ``named``), ``meta``, ``target``, ``practice`` or a list of family names.
         chambers: chambers per vault.
         exits: exits per chamber (one right, the rest dead ends).
         moves: moves before the lamp burns out (the episode ends, lost).

@@ -182,6 +182,23 @@ def test_the_starter_bank_states_each_family_rule_for_that_family_only():
         assert f"vaults.{info['task_type']}" in [s.id for s in chosen], name
 
 
+def test_practice_families_draw_their_rules_over_every_marker_and_need_their_skill():
+    from agentkit.envs.vaults_env import FAMILY_RULES, PRACTICE_FAMILIES, PRACTICE_RULES
+
+    assert len(PRACTICE_FAMILIES) == 240 and not set(PRACTICE_FAMILIES) & set(RULES)
+    assert set(PRACTICE_RULES.values()) == set(RULES.values())  # every marker is right in some practice family
+    assert FAMILY_RULES == {**RULES, **PRACTICE_RULES}
+    env = make(ENV, families="practice")
+    seen = set()
+    for seed in range(30):
+        assert play_expert(env, seed) == (True, 3)
+        vault = VaultsEnv(families="practice").task(seed)
+        seen.add(vault.family)
+        assert vault.marker == PRACTICE_RULES[vault.family] and all(vault.marker in row for row in vault.chambers)
+        assert rule_text(vault.family) == f"In {vault.family} vaults take the exit marked {vault.marker}."
+    assert len(seen) == 30 and VaultsEnv(families="named").families == VaultsEnv(families="all").families
+
+
 def test_demonstrations_record_the_task_type_as_the_collector_does(tiny_model_dir):
     from agentkit.rollout.demos import play_demonstration
     from agentkit.rollout.hf_backend import load_tokenizer

@@ -14,6 +14,8 @@ expert action (ablations). The loop builds the judge from these settings (``requ
 and passes its labels to ``prepare`` with the teacher's scores. Each token's weight Z * s_t is
 computed in ``prepare`` and stored in ``batch.weights``.
 
+Ablations (the paper's): ``confidence: false`` gives s_t = i_t; ``normalize: false`` drops Z (Z = 1).
+
 Departure: Z is computed over the step's whole batch (the "batch" of the paper); with
 ``train.minibatches > 1`` a minibatch's mean weight is then 1 only on average. Metrics: shares of
 skip/weak/strong, share decided by the deterministic check, unparseable share, mean c_t, Z.
@@ -51,11 +53,14 @@ class SAGEOPDConfig(BaseModel):
     judge_template: str | None = Field(None, description="Judge prompt template file (default: the shipped one).")
     clip_low: float = Field(0.2, ge=0, description="PPO clip below.")
     clip_high: float = Field(0.28, ge=0, description="PPO clip above.")
+    confidence: bool = Field(True, description="Weight turns by the teacher's confidence c_t (false: the ablation "
+                                               "s_t = i_t).")
+    normalize: bool = Field(True, description="Rescale by Z to OPD's scale (false: the ablation without Z, Z = 1).")
 
 
 def turn_scores(labels: torch.Tensor, top1: torch.Tensor, turn_index: torch.Tensor, mask: torch.Tensor,
-                alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token s_t = i_t * c_t and c_t, both [B, L].
+                alpha: float, use_confidence: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token s_t = i_t * c_t and c_t, both [B, L] (``use_confidence`` false: s_t = i_t).
 
     labels: [B, L] per response token, 0 skip / 1 weak / 2 strong (its turn's label).
     top1: [B, L] teacher top-1 logprob. turn_index: [B, L] turn of each token (-1 elsewhere).
@@ -66,7 +71,7 @@ def turn_scores(labels: torch.Tensor, top1: torch.Tensor, turn_index: torch.Tens
         for t in turn_index[b][mask[b] > 0].unique().tolist():
             here = (turn_index[b] == t) & (mask[b] > 0)  # [L]
             confidence[b, here] = top1[b, here].exp().mean()
-    return intervention * confidence, confidence
+    return (intervention * confidence if use_confidence else intervention), confidence
 
 
 def normalize_weights(s: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -102,8 +107,9 @@ class SAGEOPD:
             episode = judgments.labels[int(batch.episode_index[b])]
             for t in batch.turn_index[b][mask[b] > 0].unique().tolist():
                 labels[b, batch.turn_index[b] == t] = self.LABEL_IDS[episode[t]]
-        s, confidence = turn_scores(labels, batch.teacher_top1, batch.turn_index, mask, self.config.alpha)
-        weights, z = normalize_weights(s, mask)
+        s, confidence = turn_scores(labels, batch.teacher_top1, batch.turn_index, mask, self.config.alpha,
+                                    self.config.confidence)
+        weights, z = normalize_weights(s, mask) if self.config.normalize else (s * mask, 1.0)
         turns = [(b, t) for b in range(batch.num_rows) for t in batch.turn_index[b][mask[b] > 0].unique().tolist()]
         c_turns = [float(confidence[b, batch.turn_index[b] == t][0]) for b, t in turns]
         metrics = {**judgments.metrics(), "confidence_mean": sum(c_turns) / max(1, len(c_turns)), "Z": z,

@@ -443,3 +443,25 @@ def test_sage_opd_keeps_weights_when_the_weighted_mass_is_below_one():
     prepared = make_objective("sage_opd", {"alpha": 0.3}).prepare(trajectories, scores)
     assert prepared.metrics["Z"] == pytest.approx(1 / 0.15) and prepared.metrics["confidence_mean"] == pytest.approx(0.5)
     assert prepared.weights[batch.response_mask > 0].tolist() == pytest.approx([1.0])
+
+
+@pytest.mark.parametrize("ablation", ["confidence", "normalize"])
+def test_sage_opd_ablations_drop_the_confidence_or_z(ablation):
+    # the three-turn episode of the mapping test: labels strong, skip, weak with distinct top-1 probabilities
+    trajectories = [_trajectory("a", 1.0, [2, 1, 3], [[-0.5, -0.6], [-0.7], [-0.2, -0.3, -0.4]])]
+    batch = build_batch(trajectories)
+    where = batch.response_mask > 0
+    top1 = torch.zeros_like(batch.response_mask)
+    top1[where] = torch.log(torch.tensor([0.9, 0.7, 0.5, 0.6, 0.8, 0.4]))
+    scores = StepScores(teacher=TeacherScores(logprobs=top1, top1=top1),
+                        judgments=Judgments(labels=[["strong", "skip", "weak"]], by_check=[[False] * 3]))
+    prepared = make_objective("sage_opd", {"alpha": 0.3, ablation: False}).prepare(trajectories, scores)
+    c = [0.8, 0.5, 0.6]
+    i = [1.0, 0.0, 0.3]
+    s = i if ablation == "confidence" else [a * b for a, b in zip(i, c, strict=True)]
+    sizes = [2, 1, 3]
+    z = 1.0 if ablation == "normalize" else sum(sizes) / sum(a * n for a, n in zip(s, sizes, strict=True))
+    want = [z * si for si, n in zip(s, sizes, strict=True) for _ in range(n)]
+    assert prepared.weights[where].tolist() == pytest.approx(want, rel=1e-5)
+    assert prepared.metrics["Z"] == pytest.approx(z, rel=1e-6)
+    assert prepared.metrics["confidence_mean"] == pytest.approx(sum(c) / 3, rel=1e-6)  # still recorded

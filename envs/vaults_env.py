@@ -11,7 +11,9 @@ vault of the family.
 - Moves: every step spends one of ``moves`` (a lamp that burns down); when they run out before the
   last chamber the episode ends, lost. With the defaults (3 chambers, 4 exits, 6 moves) the expert
   needs 3 moves, one wrong exit costs 2 (in and back) and can be recovered from, two cannot. A
-  policy picking uniformly among the admissible actions wins about 5% of episodes.
+  policy picking uniformly among the admissible actions wins about 5% of episodes. With
+  ``dead_ends=False`` a wrong exit is sealed instead: one move spent, same chamber (three wrong
+  tries in all can be afforded).
 - Phrasings: ``go star``, ``take the star exit``, ``go through the star door``, ``enter star``,
   ``open the star door`` and plain ``star`` are the same action (``PHRASINGS``); the admissible
   list gives the canonical ``go <marker>`` / ``go back``. Anything else is invalid: it spends a move
@@ -152,10 +154,12 @@ class VaultsEnv:
         exits: exits per chamber (one right, the rest dead ends).
         moves: moves before the lamp burns out (the episode ends, lost).
         rewards: ``dense`` (1/chambers per chamber passed) or ``sparse`` (1.0 on winning).
+        dead_ends: a wrong exit leads into a dead end (``go back`` returns, two moves in all); false:
+            a wrong exit is sealed, the move is spent and the agent stays in the chamber.
     """
 
     def __init__(self, split: str = "train", families: str | list[str] = "all", chambers: int = 3, exits: int = 4,
-                 moves: int = 6, rewards: str = "dense") -> None:
+                 moves: int = 6, rewards: str = "dense", dead_ends: bool = True) -> None:
         if split not in SPLITS:
             raise ConfigError(f"vaults split must be one of {list(SPLITS)}, got {split!r}.")
         for name, value, low, high in (("chambers", chambers, 1, 20), ("exits", exits, 2, len(MARKERS)),
@@ -164,9 +168,12 @@ class VaultsEnv:
                 raise ConfigError(f"vaults {name} must be an integer from {low} to {high}, got {value!r}.")
         if rewards not in ("dense", "sparse"):
             raise ConfigError(f"vaults rewards must be 'dense' or 'sparse', got {rewards!r}.")
+        if not isinstance(dead_ends, bool):
+            raise ConfigError(f"vaults dead_ends must be true or false, got {dead_ends!r}.")
         self.split = SPLIT_ALIASES.get(split, split)
         self.families = parse_families(families)
         self.num_chambers, self.num_exits, self.num_moves, self.rewards = chambers, exits, moves, rewards
+        self.dead_ends = dead_ends
         self.vault: Vault | None = None
         self.chamber = 0
         self.in_dead_end = False
@@ -185,7 +192,8 @@ class VaultsEnv:
         self.chamber, self.in_dead_end, self.moves_left, self.done = 0, False, self.num_moves, False
         family = self.vault.family
         intro = (f"You stand at the door of the {family} vault. Pass its {self.num_chambers} chambers by choosing "
-                 f"the right exit in each; a wrong exit leads to a dead end. Your lamp lasts {self.num_moves} moves.")
+                 f"the right exit in each; a wrong exit {'leads to a dead end' if self.dead_ends else 'is sealed'}. "
+                 f"Your lamp lasts {self.num_moves} moves.")
         return f"{intro}\n{self._describe()}", self._info(valid=True, won=False)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -208,9 +216,11 @@ class VaultsEnv:
                 won = self.chamber == self.num_chambers
                 text = (f"You take the {move} exit and reach the treasure of the {family} vault. You win!" if won
                         else f"You take the {move} exit.")
-            else:
+            elif self.dead_ends:
                 self.in_dead_end = True
                 text = f"You take the {move} exit into a dead end. Go back to return to the chamber."
+            else:
+                text = f"The {move} exit is sealed; you stay in the chamber."
         else:
             valid = False
             text = "Nothing happens. Choose an exit with go <marker>."

@@ -206,3 +206,29 @@ def test_demonstrations_record_the_task_type_as_the_collector_does(tiny_model_di
     env = make(ENV, split="dev", families="target", action_parser="format")
     demo = play_demonstration(env, load_tokenizer(tiny_model_dir), env_id=ENV, seed=2, split="dev")
     assert demo.won and demo.task_type == VaultsEnv(split="dev", families="target").task(2).family
+
+
+def test_sealed_exits_cost_one_move_and_keep_the_chamber():
+    env = VaultsEnv(families="target", dead_ends=False)
+    obs, info = env.reset(seed=4)
+    assert "a wrong exit is sealed" in obs
+    right = info["expert_plan"][0]
+    wrong = next(a for a in info["admissible_actions"] if a != right)
+    for moves_left in (5, 4, 3):  # three wrong tries can be afforded
+        obs, reward, terminated, _, info = env.step(wrong)
+        assert f"The {wrong[3:]} exit is sealed; you stay in the chamber." in obs and "chamber 1 of 3" in obs
+        assert (reward, terminated, info["action_valid"], f"Moves left: {moves_left}" in obs) == (0.0, False, True, True)
+        assert info["admissible_actions"] == VaultsEnv(families="target", dead_ends=False).reset(seed=4)[1][
+            "admissible_actions"] and "go back" not in info["expert_plan"]
+    for _ in range(3):
+        obs, reward, terminated, _, info = env.step(right)
+    assert terminated and info["won"]
+    _, info = env.reset(seed=4)
+    for _ in range(4):
+        _, _, terminated, _, info = env.step(wrong)
+    assert not terminated and info["expert_plan"] == [right] * 3
+    _, _, terminated, _, info = env.step(right)
+    _, _, terminated, _, info = env.step(right)
+    assert terminated and not info["won"]  # 4 wrong + 2 right = 6 moves: the lamp is out before the last chamber
+    with pytest.raises(ConfigError, match="dead_ends must be true or false"):
+        VaultsEnv(dead_ends="no")

@@ -1,0 +1,602 @@
+"""Can the seeds' mechanisms show at nano scale? SDAR and SAGE-OPD on vaults, a task family whose
+knowledge transfers, with a dev-split sweep frozen before test, paired seeds and bootstrap intervals.
+
+    python examples/vaults_bench/run.py --out runs/vaults-bench        # the whole grid, about 1 h on 2 cores
+    python examples/vaults_bench/run.py --out /tmp/vb-quick --quick    # every stage on tiny budgets (CI)
+    python examples/vaults_bench/run.py --out runs/vaults-bench --report-only
+
+The environment (``vaults/vaults-v0``, ``envs/vaults_env.py``): each task is a vault of a family;
+one marked exit is right in every chamber of every vault of that family (the family's rule); a wrong
+exit leads into a dead end, ``go back`` returns (two of the 6 moves: one mistake is recoverable).
+The family name is in every observation, the rule only in a skill ("In kelp vaults take the exit
+marked sun."). The student sees one turn at a time (``context.window = 0``): the first decision of
+a vault needs the rule; after a right exit the observation ("You take the sun exit.") names the
+marker; a dead end is a history no expert game shows, so the way out has to be learned by RL.
+(``DEAD_ENDS = False`` plays the sealed-exit variant, ``dead_ends: false``.)
+
+Stages, each cached in ``OUT/`` (a stage whose output exists is skipped; the same command continues
+an interrupted grid):
+
+1. ``prepare``  the tiny model; a rule bank for the self-teacher (one skill per named family, no
+   ``applies_to`` filter, so a retriever can hand a task the wrong family's rule); expert
+   demonstrations on the 240 *practice* families (rules drawn over all 12 markers, so memorizing
+   does not pay: the rule has to be read), most of them with the right skill as the self-teacher
+   renders it; SFT (the student, and the self-teacher: same weights, skill in front). OPD's and
+   SAGE-OPD's teacher: a separate policy, the student SFT'd further on expert games of the RL
+   families without skills (it knows their rules) and never shown a wrong exit, so it may be
+   unreliable after the student's mistakes, as a bigger model is on off-distribution histories.
+2. ``premise``  before any RL, on dev games of the RL families: the student without skills, with the
+   right skill, with a wrong family's skill (teacher-forced expert actions and greedy play), the OPD
+   teacher (the same, and greedy play), and what each does just after one wrong exit.
+3. ``pilot``    GRPO on dev at ``PILOT_LRS`` for ``pilot_steps``; the best final dev success fixes the
+   shared lr; that run fixes every run's budget (steps x tasks x group): the pilot's length, or,
+   when it gained beyond noise, the checkpoint with 90% of its gain.
+4. ``sweep``    a few settings per method on dev only (``SWEEP``), one seed each; the best dev success
+   per method is frozen in ``OUT/frozen.json`` before anything is evaluated on test.
+5. ``main``     every arm (``ARMS``) x ``--seeds`` with the frozen settings, same budget, the same KL
+   coefficient (the objectives' 0.01 wherever there is one), paired seeds (seed s draws the same
+   training tasks and sampling seeds in every arm); curves on dev, then greedy on ``test_games``
+   test games (without skills; Skill-GRPO also with them).
+6. the report (``report.py``): premise, pilot, sweep, per-claim paired differences with bootstrap
+   95% intervals over seeds and games and the minimum detectable effect, curves, gate and turn-label
+   diagnostics, time.
+
+Departures, on purpose: SAGE-OPD's judge is the ``oracle`` (the expert action; a tiny teacher cannot
+write a label); SDAR's retriever is ``keyword`` (BM25 on the task text, which names the family) with
+``k = 1``; ``ucb`` ranks skills by mean reward over all families, which is not what this bank is for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ENV_ID = "vaults/vaults-v0"
+RL_FAMILIES = "all"  # the 12 named families; SFT sees only the practice families
+DEAD_ENDS = True  # a wrong exit leads into a dead end; `go back` (never in a demonstration) leads out
+SELF = ["teacher.privileged=[skills]", "skills.retrieval=keyword", "skills.k=1"]
+SEEDS = (0, 1, 2, 3, 4)
+SWEEP_SEED = 100  # the sweep's own seed: none of the main grid's training draws
+
+
+def _nano():
+    """The generic helpers of examples/nano_repro/run.py (train-or-resume, jsonl, process liveness)."""
+    spec = importlib.util.spec_from_file_location("nano_repro_run", HERE.parent / "nano_repro" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    demos: int = 1024
+    hinted_share: float = 0.875
+    sft_steps: int = 600
+    sft_lr: float = 3e-3
+    teacher_demos: int = 384
+    teacher_steps: int = 200
+    premise_games: int = 128
+    pilot_steps: int = 30
+    min_steps: int = 10
+    tasks_per_step: int = 8
+    group_size: int = 4
+    curve_points: int = 6
+    curve_games: int = 128
+    test_games: int = 256
+    max_turns: int = 8
+    max_new_tokens: int = 12
+
+
+QUICK = Budget(demos=16, sft_steps=4, teacher_demos=4, teacher_steps=2, premise_games=4, pilot_steps=2, min_steps=1,
+               tasks_per_step=2, group_size=2, curve_points=1, curve_games=4, test_games=6, max_turns=4)
+PILOT_LRS = (1e-4, 3e-4, 1e-3, 3e-3)
+
+# arm -> (objective, overrides); "{lr}" and the method's swept keys are filled from frozen.json
+ARMS: dict[str, list[str]] = {
+    "grpo": ["objective.name=grpo"],
+    "sdar": ["objective.name=sdar", *SELF],
+    "sdar-random": ["objective.name=sdar", *SELF, "skills.retrieval=random"],
+    "grpo_opsd": ["objective.name=grpo_opsd", *SELF],
+    "grpo_opsd_rkl": ["objective.name=grpo_opsd_rkl", *SELF],
+    "opsd": ["objective.name=opsd", *SELF],
+    "skill_grpo": ["objective.name=skill_grpo", "skills.retrieval=keyword", "skills.k=1"],
+    "opd": ["objective.name=opd", "teacher.spec=model:{teacher}"],
+    "sage_opd": ["objective.name=sage_opd", "teacher.spec=model:{teacher}", "objective.args.judge=oracle"],
+    "sage_opd-s=i": ["objective.name=sage_opd", "teacher.spec=model:{teacher}", "objective.args.judge=oracle",
+                     "objective.args.confidence=false"],
+    "sage_opd-noZ": ["objective.name=sage_opd", "teacher.spec=model:{teacher}", "objective.args.judge=oracle",
+                     "objective.args.normalize=false"],
+}
+# which swept method's frozen settings an arm takes
+METHOD_OF = {"grpo": "grpo", "skill_grpo": "grpo", "opsd": "grpo", "sdar": "sdar", "sdar-random": "sdar",
+             "grpo_opsd": "grpo_opsd", "grpo_opsd_rkl": "grpo_opsd_rkl", "opd": "opd", "sage_opd": "sage_opd",
+             "sage_opd-s=i": "sage_opd", "sage_opd-noZ": "sage_opd"}
+# method -> candidate settings (dev only); lr "shared" = the pilot's lr
+SWEEP: dict[str, list[dict[str, Any]]] = {
+    "sdar": [{"lam": lam, "beta": beta} for lam, beta in ((0.01, 5.0), (0.1, 5.0), (1.0, 5.0), (1.0, 1.0))],
+    "grpo_opsd": [{"lam": lam} for lam in (0.01, 1.0)],
+    "grpo_opsd_rkl": [{"lam": lam} for lam in (0.1, 1.0)],
+    "opd": [{"lr_scale": s} for s in (1 / 3, 1.0)],  # the pilot's 3x lr collapsed GRPO
+    "sage_opd": [{"lr_scale": s} for s in (1 / 3, 1.0)],
+}
+SWEEP_ARM = {"sdar": "sdar", "grpo_opsd": "grpo_opsd", "grpo_opsd_rkl": "grpo_opsd_rkl", "opd": "opd",
+             "sage_opd": "sage_opd"}
+DIAGNOSTICS = ("gate_mean", "gate_above_half", "gap_mean", "negative_gap_share", "reverse_kl", "judge_skip_share",
+               "judge_weak_share", "judge_strong_share", "judge_check_share", "confidence_mean", "Z", "kl")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/vaults-bench", help="Folder for everything the grid writes.")
+    parser.add_argument("--report", default=None, help="Markdown report (default OUT/vaults_bench.md); PNGs beside it.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="Main-grid seeds (paired across arms).")
+    parser.add_argument("--only", nargs="+", default=list(ARMS), choices=list(ARMS), metavar="ARM",
+                        help=f"Main-grid arms: {', '.join(ARMS)}.")
+    parser.add_argument("--jobs", type=int, default=2, help="Runs at a time (one thread each).")
+    parser.add_argument("--quick", action="store_true", help="Tiny budgets: checks that every stage runs, learns nothing.")
+    parser.add_argument("--report-only", action="store_true", help="Write the report from what has finished.")
+    parser.add_argument("--run-one", nargs=2, metavar=("STAGE", "NAME"), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------- settings
+
+
+def base_overrides(budget: Budget) -> list[str]:
+    return [f"env.id={ENV_ID}", f"env.kwargs={{families: {RL_FAMILIES}, dead_ends: {str(DEAD_ENDS).lower()}}}",
+            "eval.split=dev",
+            f"env.max_turns={budget.max_turns}", f"sampling.max_new_tokens={budget.max_new_tokens}",
+            "context.mode=window", "context.window=0", "checkpoint.keep=1"]
+
+
+def budget_of(budget: Budget, out: Path) -> dict[str, Any]:
+    """The pilot's choice: shared lr and RL steps (``pilot.json``)."""
+    return json.loads((out / "pilot.json").read_text())["chosen"]
+
+
+def rl_overrides(budget: Budget, arm: str, settings: dict[str, Any], *, lr: float, steps: int, seed: int,
+                 model: Path, teacher: Path, bank: Path, out: Path) -> list[str]:
+    every = max(1, steps // budget.curve_points)
+    overrides = [o.replace("{teacher}", str(teacher)) for o in ARMS[arm]]
+    overrides += [f"objective.args.{k}={v}" for k, v in settings.items() if k != "lr_scale"]
+    lr = lr * settings.get("lr_scale", 1.0)
+    return [*base_overrides(budget), *overrides, f"skills.bank={bank}", f"train.lr={lr:.3g}", f"train.steps={steps}",
+            f"rollout.tasks_per_step={budget.tasks_per_step}", f"rollout.group_size={budget.group_size}",
+            "sampling.temperature=1.0", f"eval.every={every}", f"eval.episodes={budget.curve_games}",
+            f"checkpoint.every={every}", f"seed={seed}", f"model={model}", f"out={out}"]
+
+
+def load(overrides: list[str]):
+    from agentkit.train_config import load_config
+
+    return load_config(None, overrides)
+
+
+# ---------------------------------------------------------------- stage 1: model, bank, demonstrations, SFT
+
+
+def write_bank(path: Path) -> None:
+    """One skill per named family, for any vaults task (no per-family ``applies_to``)."""
+    from agentkit.envs.vaults_env import META_FAMILIES, TARGET_FAMILIES, rule_text
+    from agentkit.skillbank import Skill, SkillBank
+
+    bank = SkillBank([Skill(id=f"vaults.{f}", title=f"The right exit in {f} vaults", text=rule_text(f),
+                            keywords=[f], applies_to=[ENV_ID]) for f in (*META_FAMILIES, *TARGET_FAMILIES)])
+    bank.save(path)
+
+
+def practice_bank():
+    from agentkit.envs.vaults_env import PRACTICE_FAMILIES, rule_text
+    from agentkit.skillbank import Skill, SkillBank
+
+    return SkillBank([Skill(id=f"vaults.{f}", title=f"The right exit in {f} vaults", text=rule_text(f), keywords=[f])
+                      for f in PRACTICE_FAMILIES])
+
+
+def with_skill(trajectory, skill_ids: list[str], bank, tokenizer):
+    """The episode as the self-teacher sees it: the skills block before every turn's prompt."""
+    from agentkit.teachers.context import prefix_ids, privileged_text
+
+    t = dataclasses.replace(trajectory, skills=skill_ids)
+    block = prefix_ids(tokenizer, privileged_text(t, ["skills"], bank))
+    return dataclasses.replace(t, turns=[dataclasses.replace(x, context_ids=block + x.context_ids) for x in t.turns],
+                               id=t.id + "|skill")
+
+
+class AfterMistake:
+    """The environment, reset to just after one wrong exit in the first chamber (an off-expert history)."""
+
+    def __init__(self, env) -> None:
+        from agentkit.envs.registry import env_info
+
+        self.env, self.format = env, env_info(ENV_ID).action_format
+
+    def reset(self, *, seed=None, options=None):
+        _, info = self.env.reset(seed=seed, options=options)
+        self.wrong = next(a for a in info["admissible_actions"] if a not in info["expert_plan"])
+        obs, _, _, _, info = self.env.step(self.format.render(self.wrong))
+        return obs, info
+
+    def step(self, action):
+        return self.env.step(action)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def expert_games(tokenizer, *, families: str, split: str, seeds, budget: Budget) -> list:
+    from agentkit.rollout.demos import play_demonstration
+    from agentkit.rollout.run import env_factory
+
+    env = env_factory(ENV_ID, split=split, max_turns=budget.max_turns,
+                      env_kwargs={"families": families, "dead_ends": DEAD_ENDS})()
+    try:
+        return [play_demonstration(env, tokenizer, env_id=ENV_ID, seed=s, split=split, model="expert",
+                                   context="window", window=0) for s in seeds]
+    finally:
+        env.close()
+
+
+def write_jsonl(path: Path, rows) -> None:
+    from agentkit.core.jsonl import TrajectoryWriter
+
+    partial = path.with_suffix(".partial")
+    with TrajectoryWriter(partial, mode="overwrite") as writer:
+        for row in rows:
+            writer.write(row)
+    partial.rename(path)
+
+
+def sft(budget: Budget, *, model: Path, demos: Path, out: Path, steps: int, lr: float, families: str) -> Path:
+    cfg = load([*base_overrides(budget), f"env.kwargs={{families: {families}, dead_ends: {str(DEAD_ENDS).lower()}}}",
+                "objective.name=sft",
+                f"train.lr={lr}", "train.demos_per_step=16", f"train.steps={steps}", "eval.every=0",
+                "eval.episodes=4", f"checkpoint.every={steps}", "seed=0", f"model={model}", f"train.demos={demos}",
+                f"out={out}"])
+    NANO.run_training(cfg)
+    return out / "checkpoints" / f"step-{steps}"
+
+
+def prepare(budget: Budget, out: Path, times: dict[str, float]) -> None:
+    from agentkit.rollout.hf_backend import load_tokenizer
+
+    from agentkit.models import init_model
+
+    started = time.perf_counter()
+    if not (out / "model-init" / "config.json").exists():
+        init_model(out / "model-init", size="tiny", seed=0, include_textworld=False)
+    if not (out / "bank.yaml").exists():
+        write_bank(out / "bank.yaml")
+    tokenizer = load_tokenizer(out / "model-init")
+    if not (out / "demos.jsonl").exists():
+        bank, rng = practice_bank(), random.Random(0)
+        games = expert_games(tokenizer, families="practice", split="train", seeds=range(budget.demos), budget=budget)
+        write_jsonl(out / "demos.jsonl", [with_skill(g, [f"vaults.{g.task_type}"], bank, tokenizer)
+                                          if rng.random() < budget.hinted_share else g for g in games])
+    if not (out / "teacher-demos.jsonl").exists():  # the RL families' rules, never a wrong exit
+        games = expert_games(tokenizer, families=RL_FAMILIES, split="train", seeds=range(10**5, 10**5 + budget.teacher_demos),
+                             budget=budget)
+        write_jsonl(out / "teacher-demos.jsonl", games)
+    student = sft(budget, model=out / "model-init", demos=out / "demos.jsonl", out=out / "sft",
+                  steps=budget.sft_steps, lr=budget.sft_lr, families="practice")
+    # from the student: trained from scratch on 384 games a tiny model sometimes stalls before it learns the rules
+    sft(budget, model=student, demos=out / "teacher-demos.jsonl", out=out / "teacher", steps=budget.teacher_steps,
+        lr=budget.sft_lr, families=RL_FAMILIES)
+    times.setdefault("prepare", time.perf_counter() - started)
+
+
+def student_dir(budget: Budget, out: Path) -> Path:
+    return out / "sft" / "checkpoints" / f"step-{budget.sft_steps}"
+
+
+def teacher_dir(budget: Budget, out: Path) -> Path:
+    return out / "teacher" / "checkpoints" / f"step-{budget.teacher_steps}"
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def play(budget: Budget, policy: Path, *, split: str, games: int, bank: Path | None = None) -> list[int]:
+    """Greedy play on seeds 0 .. games-1 of ``split`` (RL families); 1/0 per game, in seed order.
+    With ``bank``, the policy sees its family's skill (keyword retrieval, k 1) in every prompt."""
+    from agentkit.rollout.config import EvalConfig
+    from agentkit.rollout.run import resolve_env, run_eval
+    from agentkit.skillbank import policy_selector
+
+    won: dict[int, int] = {}
+    cfg = EvalConfig.model_validate({
+        "episodes": games, "split": split, "env": {"id": ENV_ID, "kwargs": {"families": RL_FAMILIES, "dead_ends": DEAD_ENDS},
+                                                   "max_turns": budget.max_turns},
+        "sampling": {"max_new_tokens": budget.max_new_tokens}, "context": {"mode": "window", "window": 0},
+        "skills": {"bank": str(bank) if bank else None, "retrieval": "keyword", "k": 1}})
+    cfg = cfg.model_copy(update={"env": resolve_env(cfg.env)})
+    sink = Path(os.environ.get("TMPDIR", "/tmp")) / f"vb-{os.getpid()}-{time.monotonic_ns()}.jsonl"
+    try:
+        run_eval(cfg, policy, out=sink, skills=policy_selector(cfg.skills, env_id=ENV_ID, seed=0))
+        for row in NANO.read_jsonl(sink):
+            won[int(row["seed"])] = int(bool(row["won"]))
+    finally:
+        sink.unlink(missing_ok=True)
+    return [won[s] for s in range(games)]
+
+
+def premise(budget: Budget, out: Path, times: dict[str, float]) -> None:
+    """Does the student read skills, zero-shot, on the RL families? And how good is OPD's teacher?"""
+    if (out / "premise.json").exists():
+        return
+    import torch
+    from agentkit.objectives.batch import build_batch
+    from agentkit.rollout.hf_backend import load_tokenizer
+    from agentkit.skillbank import SkillBank
+    from agentkit.teachers.model import ModelTeacher
+    from transformers import AutoModelForCausalLM
+
+    started = time.perf_counter()
+    student, teacher = student_dir(budget, out), teacher_dir(budget, out)
+    tokenizer = load_tokenizer(student)
+    bank = SkillBank.load(out / "bank.yaml")
+    ids = [s.id for s in bank]
+    rng = random.Random(1)
+    games = expert_games(tokenizer, families=RL_FAMILIES, split="dev", seeds=range(budget.premise_games), budget=budget)
+    result: dict[str, Any] = {"games": len(games)}
+    for name, path in (("student", student), ("teacher", teacher)):
+        model = AutoModelForCausalLM.from_pretrained(path).eval()
+        for kind in ("none", "right", "wrong"):
+            def skills(g, kind=kind):
+                right = f"vaults.{g.task_type}"
+                return {"none": [], "right": [right], "wrong": [rng.choice([i for i in ids if i != right])]}[kind]
+            trajs = [dataclasses.replace(g, skills=skills(g)) for g in games]
+            batch = build_batch(trajs)
+            with torch.no_grad():
+                scores = ModelTeacher(model, tokenizer, name=kind, privileged=("skills",), bank=bank).score(batch, trajs)
+            mask = batch.response_mask.bool()
+            top1 = scores.logprobs >= scores.top1 - 1e-6  # [N, T]
+            keys = batch.episode_index[:, None] * 1000 + batch.turn_index  # [N, T]
+            greedy = [bool(top1[mask & (keys == k)].all()) for k in keys[mask].unique()]
+            first = [bool(top1[mask & (keys == k)].all()) for k in keys[mask & (batch.turn_index == 0)].unique()]
+            result[f"{name}/{kind}"] = {"expert_action_top1": sum(greedy) / max(len(greedy), 1),
+                                        "first_action_top1": sum(first) / max(len(first), 1),
+                                        "expert_logprob": float(scores.logprobs[mask].mean())}
+    result["play"] = {"student": statistics.fmean(play(budget, student, split="dev", games=budget.premise_games)),
+                      "student+skill": statistics.fmean(play(budget, student, split="dev", games=budget.premise_games,
+                                                             bank=out / "bank.yaml")),
+                      "teacher": statistics.fmean(play(budget, teacher, split="dev", games=budget.premise_games))}
+    result["after_mistake"] = {"student": after_mistake(budget, student, tokenizer),
+                               "teacher": after_mistake(budget, teacher, tokenizer)}
+    (out / "premise.json").write_text(json.dumps(result, indent=1))
+    times["premise"] = time.perf_counter() - started
+
+
+def after_mistake(budget: Budget, policy: Path, tokenizer) -> dict[str, float]:
+    """The policy's greedy action just after one wrong exit in the first chamber (a history no expert
+    game shows): shares that take the expert's way on (``go back`` from a dead end; the right exit
+    when exits are sealed) and that repeat the wrong exit."""
+    from agentkit.envs.vaults_env import parse_move
+    from agentkit.rollout.backend import SamplingParams
+    from agentkit.rollout.collector import resolve_sampling
+    from agentkit.rollout.context import format_observation, make_context
+    from agentkit.rollout.hf_backend import HFBackend
+    from agentkit.rollout.run import env_factory
+
+    backend = HFBackend(policy, seed=0)
+    env = AfterMistake(env_factory(ENV_ID, split="dev", max_turns=budget.max_turns,
+                                   env_kwargs={"families": RL_FAMILIES, "dead_ends": DEAD_ENDS})())
+    builder = make_context("window", tokenizer, env.format.instruction, 0)
+    prompts, wrong, right = [], [], []
+    try:
+        for seed in range(budget.premise_games):
+            obs, info = env.reset(seed=seed)
+            wrong.append(parse_move(env.wrong))
+            right.append(parse_move(info["expert_plan"][0]))  # `go back` from a dead end, else the right exit
+            state = builder.start(info["task"])
+            prompts.append(builder.next_turn(state, format_observation(obs, info, show_admissible=True, first=False)))
+        params = resolve_sampling(SamplingParams(temperature=0.0, max_new_tokens=budget.max_new_tokens), env.format)
+        moves = [parse_move(env.format.parser.parse(tokenizer.decode(g.token_ids, skip_special_tokens=True)) or "")
+                 for g in backend.generate(prompts, params)]
+    finally:
+        env.close()
+        backend.close()
+    return {"right": statistics.fmean(m == r for m, r in zip(moves, right, strict=True)),
+            "repeat": statistics.fmean(m == w for m, w in zip(moves, wrong, strict=True))}
+
+
+# ---------------------------------------------------------------- RL runs (one process each)
+
+
+def run_dir(out: Path, stage: str, name: str) -> Path:
+    return out / stage / name
+
+
+def train_and_test(out: Path, stage: str, name: str, budget: Budget) -> None:
+    """One RL run (``stage`` pilot|sweep|main, ``name`` ARM[@SETTING]:seed-S) and its evaluation."""
+    folder = run_dir(out, stage, name)
+    if (folder / "result.json").exists():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = json.loads((folder / "spec.json").read_text())
+    started = time.perf_counter()
+    cfg = load(rl_overrides(budget, spec["arm"], spec["settings"], lr=spec["lr"], steps=spec["steps"], seed=spec["seed"],
+                            model=student_dir(budget, out), teacher=teacher_dir(budget, out), bank=out / "bank.yaml",
+                            out=folder / "train"))
+    NANO.run_training(cfg)
+    train_s = time.perf_counter() - started
+    metrics = NANO.read_jsonl(folder / "train" / "metrics.jsonl")
+    result = {**spec, "train_s": train_s,
+              "curve": [{"step": r["step"], "success_rate": r["success_rate"]}
+                        for r in NANO.read_jsonl(folder / "train" / "eval.jsonl")],
+              "diagnostics": {k: statistics.fmean(m[k] for m in metrics if k in m)
+                              for k in DIAGNOSTICS if any(k in m for m in metrics)}}
+    if stage == "main":  # test games only here, after frozen.json
+        final = folder / "train" / "checkpoints" / f"step-{spec['steps']}"
+        result["test"] = play(budget, final, split="test", games=budget.test_games)
+        if spec["arm"] == "skill_grpo":
+            result["test_with_skills"] = play(budget, final, split="test", games=budget.test_games, bank=out / "bank.yaml")
+    result["wall_s"] = time.perf_counter() - started
+    (folder / "result.json").write_text(json.dumps(result, indent=1))
+
+
+def run_all(args: argparse.Namespace, out: Path, stage: str, specs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run ``specs`` (name -> spec) ``--jobs`` at a time, each in a one-thread process; return results."""
+    for name, spec in specs.items():
+        folder = run_dir(out, stage, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "spec.json").exists():
+            (folder / "spec.json").write_text(json.dumps(spec, indent=1))
+    pending = [n for n in specs if not (run_dir(out, stage, n) / "result.json").exists()]
+    running: list[tuple[subprocess.Popen, str]] = []
+    failed = []
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            name = pending.pop(0)
+            command = [sys.executable, __file__, "--out", str(out), "--run-one", stage, name] + (["--quick"] if args.quick else [])
+            with open(run_dir(out, stage, name) / "log.txt", "w") as handle:
+                running.append((subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env), name))
+        time.sleep(0.5)
+        for proc, name in list(running):
+            if proc.poll() is not None:
+                running.remove((proc, name))
+                print(f"{stage} {name}: {'done' if proc.returncode == 0 else 'FAILED (see its log.txt)'}", flush=True)
+                if proc.returncode:
+                    failed.append(name)
+    if failed:
+        print(f"{len(failed)} {stage} run(s) failed: {failed}", flush=True)
+    return [json.loads((run_dir(out, stage, n) / "result.json").read_text()) for n in specs
+            if (run_dir(out, stage, n) / "result.json").exists()]
+
+
+def final_dev(result: dict[str, Any]) -> float:
+    return result["curve"][-1]["success_rate"] if result["curve"] else 0.0
+
+
+def pilot(args, budget: Budget, out: Path, times: dict[str, float]) -> dict[str, Any]:
+    """GRPO at ``PILOT_LRS``: the best final dev success picks the lr; its curve picks the budget."""
+    if (out / "pilot.json").exists():
+        return json.loads((out / "pilot.json").read_text())
+    started = time.perf_counter()
+    specs = {f"grpo@lr={lr:g}": {"arm": "grpo", "settings": {}, "lr": lr, "steps": budget.pilot_steps,
+                                 "seed": SWEEP_SEED} for lr in PILOT_LRS}
+    results = run_all(args, out, "pilot", specs)
+    best = max(results, key=final_dev)
+    curve = [(p["step"], p["success_rate"]) for p in best["curve"]]
+    start = json.loads((out / "premise.json").read_text())["play"]["student"]  # the SFT policy, same dev games
+    gain = final_dev(best) - start
+    noise = 2 * (max(start, 0.05) * (1 - start) / budget.curve_games) ** 0.5  # 2 standard errors of a dev rate
+    steps = budget.pilot_steps  # GRPO still has room: every run gets the whole pilot length
+    if gain > noise:  # GRPO gained for real: stop where it has 90% of that gain (its plateau)
+        steps = next(step for step, s in curve if s - start >= 0.9 * gain)
+    chosen = {"lr": best["lr"], "steps": max(budget.min_steps, steps)}
+    record = {"runs": results, "chosen": chosen, "start": start, "gain": gain, "noise": noise,
+              "rule": "lr: the best final dev success; steps: the pilot's length, unless that run gained more than "
+                      "2 standard errors of a dev rate over the SFT start, then the first checkpoint with 90% of "
+                      f"its gain (at least {budget.min_steps})"}
+    (out / "pilot.json").write_text(json.dumps(record, indent=1))
+    times["pilot"] = time.perf_counter() - started
+    return record
+
+
+def sweep(args, budget: Budget, out: Path, times: dict[str, float]) -> dict[str, Any]:
+    """A few settings per method on dev (one seed each); the best is frozen in ``frozen.json``."""
+    if (out / "frozen.json").exists():
+        return json.loads((out / "frozen.json").read_text())
+    started = time.perf_counter()
+    chosen = budget_of(budget, out)
+    specs = {}
+    for method, settings in SWEEP.items():
+        for s in settings:
+            label = ",".join(f"{k}={v:.3g}" for k, v in s.items())
+            specs[f"{method}@{label}"] = {"arm": SWEEP_ARM[method], "settings": s, "lr": chosen["lr"],
+                                          "steps": chosen["steps"], "seed": SWEEP_SEED, "method": method}
+    results = run_all(args, out, "sweep", specs)
+    frozen = {"lr": chosen["lr"], "steps": chosen["steps"], "methods": {"grpo": {}}}
+    for method in SWEEP:
+        runs = [r for r in results if r.get("method") == method]
+        if runs:
+            frozen["methods"][method] = max(runs, key=final_dev)["settings"]
+    frozen["frozen_at"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    (out / "sweep.json").write_text(json.dumps(results, indent=1))
+    (out / "frozen.json").write_text(json.dumps(frozen, indent=1))  # before any test game is played
+    times["sweep"] = time.perf_counter() - started
+    return frozen
+
+
+def main_grid(args, budget: Budget, out: Path, frozen: dict[str, Any], times: dict[str, float]) -> list[dict[str, Any]]:
+    started = time.perf_counter()
+    if not (out / "start_test.json").exists():  # the SFT policy every run starts from, on the same test games
+        (out / "start_test.json").write_text(json.dumps(play(budget, student_dir(budget, out), split="test",
+                                                             games=budget.test_games)))
+    specs = {f"{arm}:seed-{seed}": {"arm": arm, "settings": frozen["methods"].get(METHOD_OF[arm], {}),
+                                    "lr": frozen["lr"], "steps": frozen["steps"], "seed": seed}
+             for seed in args.seeds for arm in args.only}  # seed-major: a grid cut short has every arm
+    results = run_all(args, out, "main", specs)
+    times["main"] = times.get("main", 0.0) + time.perf_counter() - started
+    return results
+
+
+def collect(args, budget: Budget, out: Path, times: dict[str, float]) -> dict[str, Any]:
+    def read(name):
+        path = out / name
+        return json.loads(path.read_text()) if path.exists() else None
+
+    return {"command": " ".join(["examples/vaults_bench/run.py", *sys.argv[1:]]), "quick": args.quick,
+            "budget": dataclasses.asdict(budget), "seeds": args.seeds, "arms": args.only, "premise": read("premise.json"),
+            "pilot": read("pilot.json"), "sweep": read("sweep.json"), "frozen": read("frozen.json"),
+            "main": [json.loads(p.read_text()) for p in sorted((out / "main").glob("*/result.json"))],
+            "start_test": read("start_test.json"),
+            "times": times}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    NANO.quiet_libraries()
+    budget = QUICK if args.quick else Budget()
+    out = Path(args.out)
+    if args.run_one:
+        import torch
+
+        torch.set_num_threads(1)
+        train_and_test(out, *args.run_one, budget)
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    times_file = out / "times.json"
+    times = json.loads(times_file.read_text()) if times_file.exists() else {}
+    started = time.perf_counter()
+    if not args.report_only:
+        for stage in (prepare, premise):
+            stage(budget, out, times)
+            times_file.write_text(json.dumps(times, indent=1))
+        print(f"prepared ({time.perf_counter() - started:.0f} s)", flush=True)
+        pilot(args, budget, out, times)
+        times_file.write_text(json.dumps(times, indent=1))
+        frozen = sweep(args, budget, out, times)
+        times_file.write_text(json.dumps(times, indent=1))
+        main_grid(args, budget, out, frozen, times)
+        times_file.write_text(json.dumps(times, indent=1))
+    results = collect(args, budget, out, times)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    sys.path.insert(0, str(HERE))
+    from report import write_report  # examples/vaults_bench/report.py
+
+    report = Path(args.report) if args.report else out / "vaults_bench.md"
+    write_report(results, report)
+    report.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    print(f"wrote {report}", flush=True)
+    return 0
+
+
+NANO = _nano()
+
+if __name__ == "__main__":
+    sys.exit(main())

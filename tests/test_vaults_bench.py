@@ -1,0 +1,78 @@
+"""examples/vaults_bench: the report's statistics (fast), and --quick running every stage (slow)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FOLDER = Path(__file__).resolve().parents[1] / "examples" / "vaults_bench"
+
+
+def _import(name: str):
+    sys.path.insert(0, str(FOLDER))  # the example is a script folder, not a package
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(FOLDER))
+
+
+def test_paired_bootstrap_finds_a_real_difference_and_its_interval_covers_it():
+    report = _import("report")
+    rng = random.Random(3)
+    # 5 seeds x 256 games: A wins 60%, B 40% of games, drawn independently per seed and game
+    a = {s: [int(rng.random() < 0.6) for _ in range(256)] for s in range(5)}
+    b = {s: [int(rng.random() < 0.4) for _ in range(256)] for s in range(5)}
+    stat = report.paired_bootstrap(a, b, random.Random(0))
+    point = sum(map(sum, a.values())) / 1280 - sum(map(sum, b.values())) / 1280
+    assert stat["diff"] == pytest.approx(point)
+    assert stat["low"] < point < stat["high"] and stat["low"] > 0.1 and stat["high"] < 0.3
+    assert 0.03 < stat["mde"] < 0.12 and (stat["seeds"], stat["games"]) == (5, 256)
+    assert report.verdict(stat, ">") == "**reproduced**" and report.verdict(stat, "<") == "not reproduced"
+    # the same arm against itself: difference 0, no claim in either direction, non-inferior
+    same = report.paired_bootstrap(a, a, random.Random(0))
+    assert same["diff"] == 0 and same["low"] == 0 == same["high"]
+    assert report.verdict(same, ">") == "not reproduced" and report.verdict(same, ">=").startswith("**reproduced**")
+    # only paired seeds count
+    assert report.paired_bootstrap(a, {7: b[0]}, random.Random(0)) is None
+
+
+def test_late_gain_reads_the_curve_from_its_middle_to_its_end():
+    report = _import("report")
+    curve = [{"step": s, "success_rate": r} for s, r in ((0, 0.1), (5, 0.3), (10, 0.35), (15, 0.5), (20, 0.45))]
+    assert report.late_gain({"curve": curve}) == pytest.approx(0.45 - 0.35)
+    assert report.late_gain({"curve": curve[:2]}) is None
+
+
+@pytest.mark.slow
+def test_quick_grid_runs_every_stage_and_freezes_before_test(tmp_path):
+    run = _import("run")
+    out, report = tmp_path / "grid", tmp_path / "report" / "vaults_bench.md"
+    done = subprocess.run([sys.executable, str(FOLDER / "run.py"), "--out", str(out), "--report", str(report), "--quick",
+                           "--seeds", "0", "--jobs", "2"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(r["arm"] for r in results["main"]) == sorted(run.ARMS)
+    assert {"student/none", "student/right", "student/wrong", "teacher/none", "play", "teacher_dead_end"} <= set(
+        results["premise"])
+    assert len(results["pilot"]["runs"]) == len(run.PILOT_LRS)
+    assert len(results["sweep"]) == sum(len(v) for v in run.SWEEP.values())
+    assert set(results["frozen"]["methods"]) == {"grpo", *run.SWEEP}
+    frozen_at = (out / "frozen.json").stat().st_mtime
+    for r in results["main"]:  # test games are played only after the settings were frozen
+        assert len(r["test"]) == run.QUICK.test_games and set(r["test"]) <= {0, 1}
+        assert (out / "main" / f"{r['arm']}:seed-0" / "result.json").stat().st_mtime > frozen_at
+        assert r["settings"] == results["frozen"]["methods"][run.METHOD_OF[r["arm"]]]
+    assert "test_with_skills" in next(r for r in results["main"] if r["arm"] == "skill_grpo")
+    # the same budget, lr and KL for every arm; paired seeds
+    assert {(r["steps"], r["lr"], r["seed"]) for r in results["main"]} == {(results["frozen"]["steps"],
+                                                                            results["frozen"]["lr"], 0)}
+    text = report.read_text()
+    for heading in ("## Premise", "## Pilot", "## Sweep", "## Claims: paired differences on test", "SDAR > GRPO",
+                    "SAGE-OPD > OPD", "## Diagnostics", "## Time"):
+        assert heading in text, heading
+    assert (report.parent / "vaults_bench_curves.png").stat().st_size > 0

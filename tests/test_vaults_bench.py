@@ -76,3 +76,23 @@ def test_quick_grid_runs_every_stage_and_freezes_before_test(tmp_path):
                     "SAGE-OPD > OPD", "## Diagnostics", "## Time"):
         assert heading in text, heading
     assert (report.parent / "vaults_bench_curves.png").stat().st_size > 0
+
+
+def test_behaviour_reads_first_actions_dead_ends_and_recoveries_from_the_training_episodes(tmp_path):
+    run = _import("run")
+    folder = tmp_path / "trajectories"
+    folder.mkdir()
+
+    def turn(action, expert, feedback=""):
+        return {"action": action, "expert_action": expert, "feedback": feedback}
+
+    episodes = [  # right first; wrong into a dead end and back; an unparseable first answer; wrong, never back
+        {"won": True, "turns": [turn("go star", "go star")]},
+        {"won": True, "turns": [turn("go moon", "go star", "You take the moon exit into a dead end."),
+                                turn("go back", "go back")]},
+        {"won": False, "turns": [turn(None, "go sun")]},
+        {"won": False, "turns": [turn("take the moon exit", "go sun", "You take the moon exit into a dead end.")]},
+    ]
+    (folder / "step-3.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    assert run.behaviour(tmp_path, 3) == {"first_right": 0.25, "dead_end": 0.5, "went_back": 0.25, "won": 0.5}
+    assert run.behaviour(tmp_path, 4) is None

@@ -76,6 +76,17 @@ def verdict(stat: dict[str, float], direction: str) -> str:
     return "**reproduced** (non-inferior)" if stat["low"] > -NON_INFERIORITY else "not reproduced"
 
 
+def sweep_noise(runs: list[dict[str, Any]], games: int) -> float:
+    """Half-width of a 95% interval for the difference of two final dev rates at the sweep's mean rate."""
+    finals = [r["curve"][-1]["success_rate"] for r in runs if r["curve"]]
+    p = statistics.fmean(finals) if finals else 0.5
+    return 1.96 * (2 * p * (1 - p) / games) ** 0.5
+
+
+def curve_text(run: dict[str, Any]) -> str:
+    return ", ".join(f"{p['step']}: {pct(p['success_rate'])}" for p in run["curve"]) or "-"
+
+
 def late_gain(run: dict[str, Any]) -> float | None:
     """Dev success at the last checkpoint minus at the middle one: still improving?"""
     curve = run.get("curve") or []
@@ -114,6 +125,7 @@ def plot(arms, groups: dict[str, list[str]], path: Path) -> bool:
 
 def write_report(results: dict[str, Any], path: Path) -> None:
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     rng = random.Random(0)
     arms = by_arm(results["main"])
     budget, frozen = results["budget"], results.get("frozen") or {}
@@ -157,25 +169,23 @@ def write_report(results: dict[str, Any], path: Path) -> None:
     if pilot:
         lines += ["## Pilot: GRPO on dev fixes the lr and the budget", "",
                   "| lr | dev success by step |", "|---|---|"]
-        for r in pilot["runs"]:
-            curve = ", ".join(f"{p['step']}: {pct(p['success_rate'])}" for p in r["curve"])
-            lines.append(f"| {r['lr']:g} | {curve} |")
+        lines += [f"| {r['lr']:g} | {curve_text(r)} |" for r in pilot["runs"]]
         chosen = pilot["chosen"]
         lines += ["", f"Rule: {pilot['rule']}. Chosen: lr {chosen['lr']:g}, {chosen['steps']} steps x "
                   f"{budget['tasks_per_step']} tasks x {budget['group_size']} samples = "
                   f"{chosen['steps'] * budget['tasks_per_step'] * budget['group_size']} episodes per run.", ""]
     if results.get("sweep"):
         lines += ["## Sweep (dev only, one seed each; frozen before any test game)", "",
-                  "| method | setting | final dev success | chosen |", "|---|---|---:|---|"]
+                  "| method | setting | dev success by step | chosen |", "|---|---|---|---|"]
         for r in sorted(results["sweep"], key=lambda r: r["method"]):
             setting = ", ".join(f"{k} {v:.3g}" for k, v in r["settings"].items())
             chosen = frozen.get("methods", {}).get(r["method"]) == r["settings"]
-            lines.append(f"| {r['method']} | {setting} | {pct(r['curve'][-1]['success_rate'] if r['curve'] else None)}"
-                         f" | {'yes' if chosen else ''} |")
+            lines.append(f"| {r['method']} | {setting} | {curve_text(r)} | {'yes' if chosen else ''} |")
         lines += ["", f"Frozen at {frozen.get('frozen_at')}: `{ {k: v for k, v in frozen.items() if k != 'frozen_at'} }`.",
-                  "The sweep ran one seed per setting on 128 dev games: its differences are as noisy as a single "
-                  "run (an interval of about +-12 points), so it guards against a setting that fails outright, not "
-                  "more.", ""]
+                  f"The sweep ran one seed per setting on {budget['curve_games']} dev games: two settings' final "
+                  f"rates differ by +-{100 * sweep_noise(results['sweep'], budget['curve_games']):.0f} points (95%) from "
+                  "game sampling alone, before seed-to-seed variation, so it guards against a setting that fails "
+                  "outright, not more.", ""]
     start = results.get("start_test")
     if arms:
         lines += ["## Test success (greedy, without skills unless said)", "",
@@ -229,6 +239,18 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             if keys:
                 diag_rows.append(f"| {arm} | " + ", ".join(f"{k} {statistics.fmean(d[k] for d in runs):.3f}" for k in keys)
                                  + " |")
+        lines += ["", "## What the policies did while training (first step -> last step, mean over seeds)", "",
+                  "Training episodes (sampled at temperature 1): first action right (the decision the rule "
+                  "decides), entered a dead end, went back out of one, won.", "",
+                  "| arm | first action right | entered a dead end | went back | won |", "|---|---:|---:|---:|---:|"]
+        for arm in results["arms"]:
+            seen = [r["behaviour"] for r in arms.get(arm, {}).values()
+                    if r.get("behaviour", {}).get("first") and r["behaviour"].get("last")]
+            if seen:
+                cells = [f"{pct(statistics.fmean(b['first'][k] for b in seen))} -> "
+                         f"{pct(statistics.fmean(b['last'][k] for b in seen))}"
+                         for k in ("first_right", "dead_end", "went_back", "won")]
+                lines.append(f"| {arm} | " + " | ".join(cells) + " |")
         lines += ["", "## Diagnostics (mean over steps and seeds)", "",
                   "Gate: g = sigmoid(beta (logT - logS)) per response token, gap = logT - logS; turn labels: SAGE-OPD's "
                   "Skip / Weak / Strong shares, c_t = the teacher's confidence, Z = the rescaling.", "",
@@ -251,5 +273,4 @@ def write_report(results: dict[str, Any], path: Path) -> None:
               "it was reported in [`nano_repro.md`](nano_repro.md): every comparison there sat within noise (3 seeds, "
               "32 games), its privileged block was the game's route rather than a transferable skill, and it ran "
               "before the baselines were aligned with their reference code (its `opsd` is today's `opsd_rkl`).", ""]
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")

@@ -545,6 +545,25 @@ def main_grid(args, budget: Budget, out: Path, frozen: dict[str, Any], times: di
     return results
 
 
+def behaviour(train_dir: Path, step: int) -> dict[str, float] | None:
+    """What the policy did in its training episodes of ``step`` (sampled at temperature 1): shares of
+    episodes whose first action was right, that entered a dead end, that went back out of one, won."""
+    from agentkit.envs.vaults_env import parse_move
+
+    episodes = NANO.read_jsonl(train_dir / "trajectories" / f"step-{step}.jsonl")
+    if not episodes:
+        return None
+
+    def share(test) -> float:
+        return statistics.fmean(bool(test(e)) for e in episodes)
+
+    return {"first_right": share(lambda e: e["turns"] and parse_move(e["turns"][0]["action"] or "") == parse_move(
+                e["turns"][0].get("expert_action") or "")),
+            "dead_end": share(lambda e: any("into a dead end" in (t.get("feedback") or "") for t in e["turns"])),
+            "went_back": share(lambda e: any(parse_move(t["action"] or "") == "back" for t in e["turns"])),
+            "won": share(lambda e: e["won"])}
+
+
 def collect(args, budget: Budget, out: Path, times: dict[str, float]) -> dict[str, Any]:
     def read(name):
         path = out / name
@@ -553,7 +572,9 @@ def collect(args, budget: Budget, out: Path, times: dict[str, float]) -> dict[st
     return {"command": " ".join(["examples/vaults_bench/run.py", *sys.argv[1:]]), "quick": args.quick,
             "budget": dataclasses.asdict(budget), "seeds": args.seeds, "arms": args.only, "premise": read("premise.json"),
             "pilot": read("pilot.json"), "sweep": read("sweep.json"), "frozen": read("frozen.json"),
-            "main": [json.loads(p.read_text()) for p in sorted((out / "main").glob("*/result.json"))],
+            "main": [{**r, "behaviour": {"first": behaviour(p.parent / "train", 1),
+                                         "last": behaviour(p.parent / "train", r["steps"])}}
+                     for p in sorted((out / "main").glob("*/result.json")) for r in [json.loads(p.read_text())]],
             "start_test": read("start_test.json"),
             "times": times}
 

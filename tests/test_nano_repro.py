@@ -3,6 +3,7 @@ report it writes has a row per variant, the stage table, the diagnostics and a v
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -15,14 +16,18 @@ pytest.importorskip("textworld")
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "nano_repro" / "run.py"
 
 
+def _run():
+    """The example's run.py under a name of its own: examples/vaults_bench has a run.py too."""
+    spec = importlib.util.spec_from_file_location("nano_repro_run", SCRIPT)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.slow
 @pytest.mark.textworld
 def test_quick_grid_writes_a_report_with_every_row(tmp_path):
-    sys.path.insert(0, str(SCRIPT.parent))  # the example is a script folder, not a package
-    try:
-        from run import VARIANTS
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    VARIANTS = _run().VARIANTS
     out, report = tmp_path / "grid", tmp_path / "report" / "nano_repro.md"
     command = [sys.executable, str(SCRIPT), "--out", str(out), "--report", str(report), "--quick",
                "--envs", "textworld", "--seeds", "0", "--jobs", "2"]
@@ -66,11 +71,8 @@ def test_hinted_demos_carry_the_block_where_the_self_teacher_puts_it(tiny_model_
     import dataclasses
     import random
 
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        from run import ENVS, PRIVILEGED, expert_games, hinted
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    run = _run()
+    ENVS, PRIVILEGED, expert_games, hinted = run.ENVS, run.PRIVILEGED, run.expert_games, run.hinted
     from agentkit.rollout.hf_backend import load_tokenizer
     from agentkit.skillbank import SkillBank, default_bank_for, resolve_bank
     from agentkit.teachers.model import ModelTeacher

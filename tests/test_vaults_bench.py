@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import subprocess
@@ -14,11 +15,11 @@ FOLDER = Path(__file__).resolve().parents[1] / "examples" / "vaults_bench"
 
 
 def _import(name: str):
-    sys.path.insert(0, str(FOLDER))  # the example is a script folder, not a package
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(FOLDER))
+    """The example's ``name``.py under a name of its own: examples/nano_repro has a run.py and a report.py too."""
+    spec = importlib.util.spec_from_file_location(f"vaults_bench_{name}", FOLDER / f"{name}.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_paired_bootstrap_finds_a_real_difference_and_its_interval_covers_it():

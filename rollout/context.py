@@ -16,6 +16,7 @@ any template that renders a conversation by appending messages works.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -36,9 +37,80 @@ def _render(tokenizer: Any, messages: list[dict[str, str]], add_generation_promp
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
-def encode(tokenizer: Any, text: str) -> list[int]:
-    """Encode template-rendered text: special tokens in the text are parsed, none are added."""
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+def _special_pattern(tokenizer: Any) -> re.Pattern[str]:
+    """The tokenizer's special tokens (``<|im_start|>``, ``<|im_end|>``, ...) as one pattern, longest first."""
+    specials = sorted({str(t) for t in tokenizer.all_special_tokens}, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, specials)) if specials else r"(?!)")
+
+
+def encode_data(tokenizer: Any, text: str) -> list[int]:
+    """Encode text that is data (an observation, a task, a skill, a retrieved passage, a model's
+    action): special tokens written in it are ordinary characters, never control tokens."""
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
+def encode_segments(tokenizer: Any, segments: Sequence[tuple[str, bool]]) -> list[int]:
+    """Encode ``(text, is_data)`` pieces as one text in which only the markup pieces may hold special
+    tokens. The text between two special tokens is encoded as a whole (as the tokenizer would
+    encode the joined string), so a conversation without forged markup gets exactly the ids of
+    ``tokenizer(joined text)``; a data piece that spells ``<|im_end|>`` gets the ids of its characters."""
+    pattern = _special_pattern(tokenizer)
+    ids: list[int] = []
+    plain: list[str] = []
+
+    def flush() -> None:
+        if plain:
+            ids.extend(encode_data(tokenizer, "".join(plain)))
+            plain.clear()
+
+    for text, is_data in segments:
+        if is_data:
+            plain.append(text)
+            continue
+        at = 0
+        for match in pattern.finditer(text):
+            plain.append(text[at:match.start()])
+            flush()
+            ids.append(tokenizer.convert_tokens_to_ids(match.group()))
+            at = match.end()
+        plain.append(text[at:])
+    flush()
+    return ids
+
+
+def _slot(i: int) -> str:
+    return f"\u2063SLOT{i}\u2063"
+
+
+def encode_chat(tokenizer: Any, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> list[int]:
+    """The chat template applied to ``messages``, encoded so that only the template's own markup
+    makes special tokens: every message's content is data (``encode_segments``).
+
+    The template is rendered once with a placeholder for each content, which marks where the
+    markup ends and the data begins; a template that changes a content on the way (Llama's
+    ``| trim``) is honoured: the content is read back from a render with the real text."""
+    marked = _render(tokenizer, [{**m, "content": _slot(i)} for i, m in enumerate(messages)], add_generation_prompt)
+    pieces = re.split("(\u2063SLOT\\d+\u2063)", marked)
+    if pieces[1::2] != [_slot(i) for i in range(len(messages))]:
+        raise ModelError("This tokenizer's chat template does not render each message's content once and in order, "
+                         "so the markup cannot be told from the data. Use a model whose chat template does.")
+    contents = [str(m["content"]) for m in messages]
+    markup = pieces[0::2]
+    if _render(tokenizer, list(messages), add_generation_prompt) != "".join(
+            part for pair in zip(markup, [*contents, ""], strict=True) for part in pair):
+        # the template rewrites contents: read each one back from a render with only it filled in
+        for i in range(len(messages)):
+            one = _render(tokenizer, [{**m, "content": m["content"] if j == i else _slot(j)}
+                                      for j, m in enumerate(messages)], add_generation_prompt)
+            before, after = marked.split(_slot(i))
+            if not (one.startswith(before) and one.endswith(after)) or len(one) < len(before) + len(after):
+                raise ModelError("This tokenizer's chat template changes the text around a message depending on "
+                                 "its content, so the markup cannot be told from the data.")
+            contents[i] = one[len(before):len(one) - len(after)]
+    segments: list[tuple[str, bool]] = [(markup[0], False)]
+    for content, text in zip(contents, markup[1:], strict=True):
+        segments += [(content, True), (text, False)]
+    return encode_segments(tokenizer, segments)
 
 
 @dataclass
@@ -115,16 +187,16 @@ class ChatContext:
         # text that follows the assistant's content up to the next user content, and after it
         self._between, self._after = with_next[cut:].split(_USER_MARK)
         eos = tokenizer.eos_token_id
-        between_ids = encode(tokenizer, self._between)
+        between_ids = encode_segments(tokenizer, [(self._between, False)])
         # when the model itself sampled the end-of-turn token, it is not added a second time
         self._closing_token = between_ids[0] if between_ids and between_ids[0] == eos else None
 
     def first(self, user_text: str) -> list[int]:
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user_text}]
-        return encode(self.tokenizer, _render(self.tokenizer, messages, True))
+        return encode_chat(self.tokenizer, messages, True)
 
     def next(self, response_ids: Sequence[int], user_text: str) -> list[int]:
-        ids = encode(self.tokenizer, self._between + user_text + self._after)
+        ids = encode_segments(self.tokenizer, [(self._between, False), (user_text, True), (self._after, False)])
         if self._closing_token is not None and response_ids and response_ids[-1] == self._closing_token:
             ids = ids[1:]
         return ids
@@ -170,7 +242,7 @@ class WindowContext:
             parts.append("\n".join(lines))
         parts.append(f"Current observation (step {step + 1}):\n{observation}")
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": "\n\n".join(parts)}]
-        return encode(self.tokenizer, _render(self.tokenizer, messages, True))
+        return encode_chat(self.tokenizer, messages, True)
 
     def start(self, task: str, prefix: str | None = None) -> EpisodeContext:
         return EpisodeContext(task, prefix)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentkit.rollout.context import encode_chat
 from agentkit.skillbank.bank import SkillBank, render_skills
 
 from agentkit.core.trajectory import Trajectory
@@ -80,9 +81,7 @@ def prefix_ids(tokenizer: Any, text: str | None) -> list[int]:
     """Token ids of the privileged block as a chat message ([] for no block)."""
     if not text:
         return []
-    rendered = tokenizer.apply_chat_template([{"role": "system", "content": text}], tokenize=False,
-                                             add_generation_prompt=False)
-    return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+    return encode_chat(tokenizer, [{"role": "system", "content": text}], False)
 
 
 @dataclass(frozen=True)

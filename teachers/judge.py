@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from agentkit.rollout.context import encode_chat
+
 from agentkit.core.errors import ConfigError
 from agentkit.core.scores import LABELS, Judgments
 from agentkit.core.trajectory import Trajectory
@@ -108,9 +110,7 @@ class LLMJudge:
         tokenizer = self.backend.tokenizer
         limit = self.backend.max_context - self.max_new_tokens
         for keep in range(self.history_turns, -1, -1):
-            text = tokenizer.apply_chat_template([{"role": "user", "content": self.prompt_text(traj, t, keep)}],
-                                                 tokenize=False, add_generation_prompt=True)
-            ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+            ids = encode_chat(tokenizer, [{"role": "user", "content": self.prompt_text(traj, t, keep)}], True)
             if len(ids) <= limit:
                 return ids
         return ids[-limit:]  # still too long without history: keep the end (the question)

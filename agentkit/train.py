@@ -338,6 +338,8 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
     else:  # the backend samples with the very module being trained: syncing weights is free here
         backend = HFBackend(sampler, tokenizer, seed=cfg.seed, name=str(base_model), device=str(ranks.device))
     demos = read_trajectories(cfg.train.demos) if needs.uses_demonstrations else None
+    if demos is not None:
+        _check_token_ids(demos, len(tokenizer), cfg.train.demos)
     (run_dir / "trajectories").mkdir(exist_ok=True)
     return Run(cfg=cfg, run_dir=run_dir, ranks=ranks, tokenizer=tokenizer, policy=policy, model=model, sampler=sampler,
                optimizer=optimizer, backend=backend, objective=objective, needs=needs, teacher=teacher, judge=judge,
@@ -346,6 +348,17 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
                eval_envs=make_envs(cfg.env, cfg.eval.split) if ranks.is_main else None,
                first_step=first_step, bad_update_streak=saved_state.get("bad_update_streak", 0),
                env_error_streak=saved_state.get("env_error_streak", 0))
+
+
+def _check_token_ids(trajectories: list, vocab_size: int, path: str) -> None:
+    """Refuse trajectories holding ids this tokenizer does not have (an ``IndexError`` mid-step otherwise)."""
+    for t in trajectories:
+        for i, turn in enumerate(t.turns):
+            bad = next((x for ids in (turn.context_ids, turn.response_ids) for x in ids if x >= vocab_size), None)
+            if bad is not None:
+                raise ConfigError(f"{path}: episode {t.id!r}, turn {i} holds token id {bad}, outside this model's "
+                                  f"vocabulary (0..{vocab_size - 1}): the file was written with another tokenizer. "
+                                  "Record the demonstrations again with this model (agentkit demos --model ...).")
 
 
 def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats]:

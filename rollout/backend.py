@@ -8,9 +8,12 @@ and top-p). At temperature 1 and top-p 1 that is the model's own logprob. Greedy
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from agentkit.rollout.context import encode_chat
 
 from agentkit.core.settings import SamplingSettings, default
 
@@ -72,6 +75,24 @@ class Generation:
     logprobs: list[float]
     finish_reason: str
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def generation_problem(generation: Generation, params: SamplingParams, vocab_size: int) -> str | None:
+    """What makes ``generation`` unusable, or None: the rules a trajectory file holds its answers to
+    (token ids the tokenizer has, one finite logprob <= 0 per id) and at most ``max_new_tokens`` ids.
+    A server's answer that breaks them is malformed; a local model's (NaN weights) ends its episode."""
+    ids, logprobs = generation.token_ids, generation.logprobs
+    if len(ids) > params.max_new_tokens:
+        return f"{len(ids)} tokens where at most max_new_tokens={params.max_new_tokens} were asked for"
+    if len(logprobs) != len(ids):
+        return f"{len(ids)} token ids but {len(logprobs)} logprobs"
+    bad_id = next((i for i in ids if type(i) is not int or not 0 <= i < vocab_size), None)
+    if bad_id is not None:
+        return f"token id {bad_id!r} is outside the tokenizer's vocabulary (0..{vocab_size - 1})"
+    bad_lp = next((x for x in logprobs if not isinstance(x, (int, float)) or not math.isfinite(x) or x > 1e-6), None)
+    if bad_lp is not None:
+        return f"logprob {bad_lp!r} (a logprob is a finite number <= 0)"
+    return None
 
 
 @runtime_checkable
@@ -142,9 +163,7 @@ def chat_completer(backend: GenerationBackend, max_new_tokens: int) -> Callable[
     def complete(messages: Sequence[str]) -> list[str]:
         prompts = []
         for message in messages:
-            rendered = tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
-                                                     add_generation_prompt=True)
-            ids = list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+            ids = encode_chat(tokenizer, [{"role": "user", "content": message}], True)
             prompts.append(ids[-(backend.max_context - max_new_tokens):])
         generations = backend.generate(prompts, params, [0] * len(prompts))
         return [tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in generations]

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
+import numbers
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -28,7 +30,7 @@ from typing import Any
 from agentkit.envs.formats import ActionFormat
 from agentkit.envs.protocol import Env
 from agentkit.envs.registry import env_info
-from agentkit.rollout.backend import GenerationBackend, SamplingParams
+from agentkit.rollout.backend import GenerationBackend, SamplingParams, generation_problem
 from agentkit.rollout.context import EpisodeContext, format_observation, make_context, task_type_of
 from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 
@@ -118,6 +120,69 @@ def _expert_action(info: dict[str, Any]) -> str | None:
     return str(plan[0]) if isinstance(plan, (list, tuple)) and plan else None
 
 
+def _text_problem(what: str, value: Any, *, optional: bool = False, limit: int | None = None) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        return f"{what} is a {type(value).__name__}, not a string"
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{what} holds a lone surrogate (a \\ud800-\\udfff character), which UTF-8 cannot carry"
+    if limit is not None and len(value) > limit:
+        return (f"{what} has {len(value):,} characters, over env.max_observation_chars={limit:,} "
+                "(--max-observation-chars)")
+    return None
+
+
+def _number_problem(what: str, value: Any, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's numbers are Real too
+        return f"{what} is a {type(value).__name__}, not a number"
+    try:
+        finite = math.isfinite(value)
+    except (OverflowError, TypeError):
+        finite = False
+    return None if finite else f"{what} is {value!r}, not a finite number"
+
+
+def _info_problem(info: Any, *, reset: bool) -> str | None:
+    """What the collector reads from ``info`` (and writes into the trajectory) that it cannot use."""
+    if not isinstance(info, dict):
+        return f"info is a {type(info).__name__}, not a dict"
+    actions = info.get("admissible_actions")
+    problems = (
+        _text_problem("info['task']", info.get("task"), optional=True) if reset else None,
+        _text_problem("info['privileged']", info.get("privileged"), optional=True),
+        _text_problem("info['action']", info.get("action"), optional=True),
+        _number_problem("info['score']", info.get("score"), optional=True),
+        None if actions is None or isinstance(actions, (list, tuple)) and all(isinstance(a, str) for a in actions)
+        else "info['admissible_actions'] is not a list of strings",
+    )
+    return next((p for p in problems if p is not None), None)
+
+
+def env_answer_problem(op: str, value: Any, max_observation_chars: int | None = None) -> str | None:
+    """Why an environment's answer to ``reset`` (``(observation, info)``) or ``step`` (``(observation,
+    reward, terminated, truncated, info)``) cannot be played or written, or None. The episode ends there."""
+    size = 2 if op == "reset" else 5
+    if not isinstance(value, tuple) or len(value) != size:
+        return f"{op}() returned {type(value).__name__} {_short(value)}, not a tuple of {size}"
+    problem = _text_problem("the observation", value[0], limit=max_observation_chars)
+    if problem is None and op == "step":
+        problem = _number_problem("the reward", value[1]) or next(
+            (f"{name} is a {type(flag).__name__}, not a bool" for name, flag in (("terminated", value[2]),
+             ("truncated", value[3])) if not isinstance(flag, bool) and type(flag).__name__ != "bool_"), None)
+    return problem or _info_problem(value[-1], reset=op == "reset")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 @dataclass
 class _Episode:
     """Bookkeeping for one episode in flight."""
@@ -165,6 +230,14 @@ class Collector:
             Episodes that ended are passed to ``on_trajectory`` first. 0 = never stop.
         consecutive_errors: the count to start from (a training loop that builds one collector
             per step carries ``collector.consecutive_errors`` over to the next).
+        max_observation_chars: the longest observation an episode may go on with.
+
+    What an environment or the model hands back is checked before it is used: a reset or step whose
+    answer cannot be played or written (``env_answer_problem``: a NaN reward, ``info=None``, a task
+    that is not a string, a lone surrogate, an observation over ``max_observation_chars``) and a
+    generation a trajectory file cannot hold (``generation_problem``: NaN or positive logprobs, ids
+    the tokenizer does not have) end that episode, truncated, with the problem as its error; each
+    counts toward ``max_consecutive_errors``.
     """
 
     def __init__(
@@ -185,6 +258,7 @@ class Collector:
         batch_wait_s: float | None = None,
         max_consecutive_errors: int = default(EnvSettings, "max_errors"),
         consecutive_errors: int = 0,
+        max_observation_chars: int = default(EnvSettings, "max_observation_chars"),
     ) -> None:
         if max_consecutive_errors < 0:
             raise ConfigError(f"max_consecutive_errors must be >= 0 (0 = no limit), got {max_consecutive_errors}.")
@@ -201,6 +275,8 @@ class Collector:
         self.batch_wait_s = batch_wait_s
         self.max_consecutive_errors = max_consecutive_errors
         self.consecutive_errors = consecutive_errors
+        self.max_observation_chars = max_observation_chars
+        self._vocab_size = len(backend.tokenizer)
         self.context = make_context(context, backend.tokenizer, fmt.instruction if system_prompt is None else system_prompt,
                                     window)
         self.context_mode = self.context.mode
@@ -283,10 +359,14 @@ class Collector:
 
         def handle(result: EnvResult) -> None:
             ep = waiting.pop(result.slot)
+            error = result.error
+            if error is None:
+                problem = env_answer_problem(result.op, result.value, self.max_observation_chars)
+                error = None if problem is None else f"the environment's {result.op}() answer is unusable: {problem}"
             if result.op == "reset":
                 stats.reset_s += result.elapsed_s
-                if result.error is not None:
-                    finish(ep, terminated=False, truncated=True, error=result.error)
+                if error is not None:
+                    finish(ep, terminated=False, truncated=True, error=error)
                     return
                 ep.observation, ep.info = result.value
                 ep.task, ep.privileged = ep.info.get("task") or "", ep.info.get("privileged")
@@ -299,22 +379,22 @@ class Collector:
                 return
             stats.env_s += result.elapsed_s
             turn = ep.pending_turn
-            if result.error is not None:
+            if error is not None:
                 obs, reward, terminated, truncated = "", 0.0, False, True
-                info = {**ep.info, "action_valid": False, "error": result.error}
+                info = {**ep.info, "action": None, "action_valid": False, "error": error}
             else:
                 obs, reward, terminated, truncated, info = result.value
             ep.turns.append(Turn(
                 observation=ep.observation, context_ids=ep.new_context, action=info.get("action"),
                 action_valid=bool(info.get("action_valid", False)), reward=float(reward), feedback=obs,
-                env_s=result.elapsed_s, error=result.error, expert_action=_expert_action(ep.info),
+                env_s=result.elapsed_s, error=error, expert_action=_expert_action(ep.info),
                 privileged=ep.info.get("privileged"), **turn,
             ))
             self.context.end_turn(ep.context, ep.observation, info.get("action") or turn["response_text"].strip(),
                                   turn["response_ids"])
             ep.info = info
             if terminated or truncated:
-                finish(ep, terminated=terminated, truncated=truncated, error=result.error)
+                finish(ep, terminated=bool(terminated), truncated=bool(truncated), error=error)
                 return
             ep.observation = obs
             self._prepare_prompt(ep, first=False)
@@ -349,6 +429,10 @@ class Collector:
                 stats.generate_s += last_generate_s
                 stats.generate_calls += 1
                 for ep, gen in zip(batch, generations, strict=True):
+                    problem = generation_problem(gen, params, self._vocab_size)
+                    if problem is not None:
+                        finish(ep, terminated=False, truncated=True, error=f"the model's answer is unusable: {problem}")
+                        continue
                     text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
                     ep.pending_turn = {
                         "response_ids": list(gen.token_ids), "response_logprobs": [float(x) for x in gen.logprobs],

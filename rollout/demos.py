@@ -16,11 +16,19 @@ from typing import Any
 from agentkit.envs.formats import ActionFormat
 from agentkit.envs.protocol import Env
 from agentkit.envs.registry import env_info
-from agentkit.rollout.context import encode, format_observation, make_context, task_type_of
+from agentkit.rollout.collector import env_answer_problem
+from agentkit.rollout.context import encode_data, format_observation, make_context, task_type_of
 
 from agentkit.core.errors import EnvError
 from agentkit.core.settings import ContextSettings, default
 from agentkit.core.trajectory import ContextMode, Trajectory, Turn
+
+
+def _check(env_id: str, seed: int, op: str, answer: Any) -> None:
+    problem = env_answer_problem(op, answer)
+    if problem is not None:
+        raise EnvError(f"{env_id} (seed {seed}): the expert's episode cannot be recorded, since the environment's "
+                       f"{op}() answer is unusable: {problem}. Fix the environment.")
 
 
 def play_demonstration(env: Env, tokenizer: Any, *, env_id: str, seed: int, split: str, context: ContextMode = "chat",
@@ -32,7 +40,9 @@ def play_demonstration(env: Env, tokenizer: Any, *, env_id: str, seed: int, spli
     environment's (``env_info(env_id)``), as the collector's do."""
     fmt = action_format or env_info(env_id).action_format
     builder = make_context(context, tokenizer, fmt.instruction if system_prompt is None else system_prompt, window)
-    obs, info = env.reset(seed=seed)
+    answer = env.reset(seed=seed)
+    _check(env_id, seed, "reset", answer)
+    obs, info = answer
     if "expert_plan" not in info:
         raise EnvError(f"{env_id} gives no info['expert_plan']: it has no expert to demonstrate.")
     task, privileged, task_type = info.get("task") or "", info.get("privileged"), task_type_of(info)
@@ -46,10 +56,12 @@ def play_demonstration(env: Env, tokenizer: Any, *, env_id: str, seed: int, spli
         user_text = format_observation(obs, info, show_admissible=show_admissible, first=not turns)
         new_context = builder.next_turn(state, user_text)
         text = fmt.render(plan[0])
-        response_ids = encode(tokenizer, text)
+        response_ids = encode_data(tokenizer, text)
         state_privileged = info.get("privileged")
         start = time.perf_counter()
-        next_obs, reward, terminated, truncated, info = env.step(text)
+        answer = env.step(text)
+        _check(env_id, seed, "step", answer)
+        next_obs, reward, terminated, truncated, info = answer
         turns.append(Turn(observation=obs, context_ids=new_context, response_ids=response_ids,
                           response_logprobs=[0.0] * len(response_ids), response_text=text,
                           action=info.get("action", plan[0]), action_valid=bool(info["action_valid"]),

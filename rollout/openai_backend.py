@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 import random
 import re
@@ -49,15 +50,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
-from agentkit.rollout.backend import Generation, SamplingParams, row_seeds
+from agentkit.rollout.backend import Generation, SamplingParams, generation_problem, row_seeds
 
 from agentkit.core.errors import AgentkitError, ConfigError, ModelError
 
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
-_CHATML = re.compile(r"<\|im_start\|>(system|user|assistant|tool)\n(.*?)<\|im_end\|>", re.DOTALL)
+_ROLES = ("system", "user", "assistant", "tool")
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # teacher prompt_logprobs of a 32k-token sequence at top-20 fit
 MAX_BACKOFF_S = 8.0
+MAX_CHARS_PER_TOKEN = 64  # a text-only answer longer than this per asked token is not an answer to the request
 MAX_RETRY_AFTER_S = 60.0
 _T = TypeVar("_T")
 
@@ -169,10 +171,32 @@ def _bounded_client_class(http: Any) -> type:
 
 
 def decode_chatml(tokenizer: Any, ids: Sequence[int]) -> list[dict[str, str]]:
-    """The messages of a ChatML prompt that ends with an open assistant turn."""
-    text = tokenizer.decode(list(ids), skip_special_tokens=False)
-    messages = [{"role": role, "content": content} for role, content in _CHATML.findall(text)]
-    if not messages or not text.rstrip().endswith("<|im_start|>assistant"):
+    """The messages of a ChatML prompt that ends with an open assistant turn.
+
+    Messages are cut at the ``<|im_start|>`` and ``<|im_end|>`` token *ids*, never at their spelling in
+    the decoded text, so a message whose text spells ``<|im_end|>`` (an observation can; the context
+    builders encode it as plain characters) stays one message."""
+    start, end = (tokenizer.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>"))
+    ids = list(ids)
+    messages: list[dict[str, str]] = []
+    chatml = start is not None and end is not None and start != tokenizer.unk_token_id and ids[:1] == [start]
+    at = 0
+    while chatml and at < len(ids):
+        close = ids.index(end, at) if end in ids[at:] else len(ids)
+        role, newline, content = tokenizer.decode(ids[at + 1:close], skip_special_tokens=False).partition("\n")
+        if ids[at] != start or not newline or role not in _ROLES or start in ids[at + 1:close]:
+            chatml = False
+            break
+        if close == len(ids):  # the open assistant turn the model answers
+            chatml = role == "assistant" and not content.strip() and bool(messages)
+            break
+        messages.append({"role": role, "content": content})
+        at = close + 1
+        while at < len(ids) and ids[at] != start and not tokenizer.decode(ids[at:at + 1]).strip():
+            at += 1  # the newline between messages
+    else:
+        chatml = False
+    if not chatml:
         raise ConfigError(
             "api=chat rebuilds messages from the prompt and understands ChatML chat templates only "
             "(<|im_start|>role ... <|im_end|>, as Qwen models use). Use api=completions (token-id prompts; "
@@ -284,6 +308,7 @@ class OpenAIBackend:
         self.concurrency = concurrency
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agentkit-openai")
         self._im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self._vocab_size = len(tokenizer)
 
     # -- faults -------------------------------------------------------------------------------
     def _scrub(self, text: str) -> str:
@@ -378,11 +403,15 @@ class OpenAIBackend:
         """Contact the server once (``GET /models``) so that a wrong URL, a missing key or a server
         that is not running fails here, before any work; the served model's name."""
         def list_models() -> list[str]:
-            page = self.client.models.list()
-            data = getattr(page, "data", None)
-            if not isinstance(data, list):
-                raise _Malformed(f"GET /models answered {self._scrub(page)!r}, expected {{'data': [...]}}")
-            return [str(m.id) for m in data]
+            try:
+                page = self.client.models.list()
+                data = page.data
+                if not isinstance(data, list):
+                    raise TypeError("'data' is not a list")
+                return [str(m.id) for m in data]
+            except (AttributeError, TypeError, KeyError) as err:  # an HTML page, a list of strings, ...
+                raise _Malformed(f"GET /models answered something else than {{'data': [{{'id': ...}}]}} "
+                                 f"({type(err).__name__}: {self._scrub(err)})") from err
 
         try:
             names = self._call("Listing the models", list_models, retry_refused=False)
@@ -459,15 +488,22 @@ class OpenAIBackend:
         if not isinstance(text, str):
             raise TypeError(f"the answer's text is a {type(text).__name__}")
         exact = ids is not None
+        if ids is None and len(text) > MAX_CHARS_PER_TOKEN * params.max_new_tokens:
+            raise ValueError(f"{len(text):,} characters of text for at most {params.max_new_tokens} tokens")
         if ids is None:  # the server gave text only: tokenize it here
             ids = self.tokenizer.encode(text, add_special_tokens=False)
             if choice.finish_reason == "stop" and not any(text.endswith(s) for s in params.stop_strings):
                 ids.append(self._im_end)
+            ids = ids[:params.max_new_tokens]  # tokenized here, it may come out a little longer than sampled
         ids = [int(i) for i in ids]
         have_logprobs = len(logprobs) == len(ids) and all(x is not None for x in logprobs)
         logprobs = [float(x) for x in logprobs] if have_logprobs else [0.0] * len(ids)
         finish = "length" if choice.finish_reason == "length" else "stop"
-        return Generation(ids, logprobs, finish, extra={"exact_tokens": exact, "has_logprobs": have_logprobs})
+        generation = Generation(ids, logprobs, finish, extra={"exact_tokens": exact, "has_logprobs": have_logprobs})
+        problem = generation_problem(generation, params, self._vocab_size)
+        if problem is not None:
+            raise ValueError(problem)
+        return generation
 
     def _complete(self, prompt: Sequence[int], params: SamplingParams, seed: int | None,
                   abort: threading.Event | None = None) -> Generation:
@@ -516,7 +552,11 @@ class OpenAIBackend:
                 if row is None:
                     out.append(None)
                     continue
-                out.append({int(k): (float(v["logprob"]), int(v.get("rank") or 0)) for k, v in row.items()})
+                entry = {int(k): (float(v["logprob"]), int(v.get("rank") or 0)) for k, v in row.items()}
+                if not all(0 <= k < self._vocab_size and math.isfinite(lp) and lp <= 1e-6 for k, (lp, _) in entry.items()):
+                    raise ValueError(f"a row {self._scrub(str(row)[:120])} holds a token id outside the vocabulary "
+                                     "or a logprob that is not a finite number <= 0")
+                out.append(entry)
         except (AttributeError, TypeError, KeyError, ValueError) as err:
             raise _Malformed(f"prompt_logprobs rows are not {{token id: {{logprob, rank}}}} ({type(err).__name__}: "
                              f"{self._scrub(err)})") from err

@@ -130,7 +130,7 @@ def make_collector(backend, envs, *, env: EnvSettings, split: str, sampling: Sam
     return Collector(backend, envs, env_id=env.id, split=split, sampling=sampling, context=context.mode,
                      window=context.window, show_admissible=context.show_admissible, skills=skills,
                      max_in_flight=max_in_flight, max_consecutive_errors=env.max_errors,
-                     consecutive_errors=consecutive_errors, **prompt)
+                     consecutive_errors=consecutive_errors, max_observation_chars=env.max_observation_chars, **prompt)
 
 
 def make_backend_from(settings: BackendSettings, model_dir: Path, *, seed: int):

@@ -17,7 +17,13 @@ takes the next fault from its plan (``server.plan([...], then=...)``):
 - ``"huge"``: 200 with a body of ``huge_bytes`` (declared in ``Content-Length``);
 - ``"huge_chunked"``: the same size, chunked (no length announced);
 - ``"close"``: the connection is closed without an answer;
-- ``"401_echo"``: 401 whose message repeats the key the request carried (as some APIs do).
+- ``"401_echo"``: 401 whose message repeats the key the request carried (as some APIs do);
+- answers that parse but break what a trajectory holds: ``"bad_ids"`` (a token id past the
+  vocabulary), ``"positive_logprobs"``, ``"nan_logprobs"``, ``"too_many_tokens"`` (twice
+  ``max_tokens``), ``"long_text"`` (no token ids, a text far longer than ``max_tokens`` allows).
+
+``models`` says how ``GET /v1/models`` answers: ``"ok"``, ``"html"`` (200 with an HTML page) or
+``"strings"`` (200, ``{"data": ["tiny"]}``).
 
 A real server cannot produce these on demand, hence this one. With ``api_key`` set, every ``/v1``
 request needs ``Authorization: Bearer <key>`` (401 otherwise), as ``vllm serve --api-key`` does.
@@ -36,7 +42,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAULTS = ("ok", "500", "503", "429", "hang", "drip", "malformed", "html", "wrong_shape", "truncated", "huge",
-          "huge_chunked", "close", "401_echo")
+          "huge_chunked", "close", "401_echo", "bad_ids", "positive_logprobs", "nan_logprobs", "too_many_tokens",
+          "long_text")
 
 
 def default_reply(prompt: Sequence[int], body: dict[str, Any]) -> list[int]:
@@ -68,6 +75,7 @@ class FaultServer:
                  model: str = "tiny", hang_s: float = 10.0, huge_bytes: int = 4 * 1024 * 1024) -> None:
         self.reply, self.decode, self.api_key, self.model = reply, decode, api_key, model
         self.hang_s, self.huge_bytes = hang_s, huge_bytes
+        self.models = "ok"
         self.requests: list[tuple[str, dict[str, str], Any]] = []
         self._plan: deque[str] = deque()
         self._then = "ok"
@@ -112,7 +120,13 @@ class FaultServer:
                 server._record(self, None)
                 if self.path.rstrip("/") != "/v1/models":
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
-                elif self._authorized():
+                elif not self._authorized():
+                    pass
+                elif server.models == "html":
+                    server._raw(self, 200, b"<html><body>Sign in to continue</body></html>", "text/html")
+                elif server.models == "strings":
+                    self._json(200, {"object": "list", "data": [server.model]})
+                else:
                     self._json(200, {"object": "list", "data": [
                         {"id": server.model, "object": "model", "created": 0, "owned_by": "agentkit-tests"}]})
 
@@ -224,6 +238,29 @@ class FaultServer:
     def _answer(self, handler: Any, fault: str, path: str, body: dict[str, Any]) -> None:
         if fault == "ok":
             handler._json(200, self._payload(path, body))
+        elif fault in ("bad_ids", "positive_logprobs", "nan_logprobs", "too_many_tokens", "long_text"):
+            payload = self._payload(path, body)
+            choice = payload["choices"][0]
+            tokens = choice["logprobs"]["tokens"] if "tokens" in choice["logprobs"] else choice["logprobs"]["content"]
+            if fault == "bad_ids":
+                choice["token_ids"] = [10**7, *choice["token_ids"][1:]]
+            elif fault in ("positive_logprobs", "nan_logprobs"):
+                value = 0.7 if fault == "positive_logprobs" else float("nan")
+                if "token_logprobs" in choice["logprobs"]:
+                    choice["logprobs"]["token_logprobs"][0] = value
+                else:
+                    tokens[0]["logprob"] = value
+            elif fault == "too_many_tokens":
+                extra = 2 * int(body.get("max_tokens") or 16)
+                choice["token_ids"] = (choice["token_ids"] * extra)[:extra]
+                choice["logprobs"] = None
+            else:
+                del choice["token_ids"]
+                choice["logprobs"] = None
+                choice["text"] = "x" * (1000 * int(body.get("max_tokens") or 16))
+                if "message" in choice:
+                    choice["message"]["content"] = choice.pop("text")
+            handler._json(200, payload)
         elif fault in ("500", "503", "429"):
             headers = {"Retry-After": "0"} if fault == "429" else None
             handler._json(int(fault), {"error": {"message": f"injected HTTP {fault}", "type": "fault"}}, headers)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from agentkit.envs import ACTION_TAG, ActionFormat, ActionParser, make
 from agentkit.rollout import ChatContext, Collector, EpisodeSpec, SamplingParams
-from agentkit.rollout.context import ContextBuilder, encode, make_context
+from agentkit.rollout.context import ContextBuilder, encode_data, make_context
 from agentkit.rollout.hf_backend import sample_logprobs
 
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
@@ -24,7 +24,7 @@ def teacher_forced_logprobs(model, ids: list[int]) -> torch.Tensor:
 
 def test_batched_sampling_logprobs_equal_teacher_forcing(backend):
     tok = backend.tokenizer
-    prompts = [encode(tok, "go north please"), encode(tok, "a much longer prompt about a fridge, a stove and a key")]
+    prompts = [encode_data(tok, "go north please"), encode_data(tok, "a much longer prompt about a fridge, a stove and a key")]
     gens = backend.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=16, stop=()))
     for prompt, gen in zip(prompts, gens, strict=True):
         assert len(gen.token_ids) == len(gen.logprobs) == 16 and gen.finish_reason == "length"
@@ -33,7 +33,7 @@ def test_batched_sampling_logprobs_equal_teacher_forcing(backend):
 
 
 def test_greedy_is_deterministic_and_seeded_sampling_reproducible(backend):
-    prompt = [encode(backend.tokenizer, "look around")]
+    prompt = [encode_data(backend.tokenizer, "look around")]
     greedy = SamplingParams(temperature=0, max_new_tokens=8, stop=())
     assert backend.generate(prompt, greedy)[0].token_ids == backend.generate(prompt, greedy)[0].token_ids
     params = SamplingParams(temperature=1.0, max_new_tokens=8, stop=())
@@ -80,7 +80,7 @@ def test_per_row_sampler_draws_from_the_sampling_distribution():
 
 def test_stop_string_ends_response(backend):
     tok = backend.tokenizer
-    prompt = [encode(tok, "hello")]
+    prompt = [encode_data(tok, "hello")]
     free = backend.generate(prompt, SamplingParams(temperature=0, max_new_tokens=8, stop=()))[0]
     stop = tok.decode(free.token_ids[2:4])  # greedy will produce this text again at tokens 2-3
     assert stop.strip(), "pick a visible stop string"
@@ -94,7 +94,7 @@ def test_chat_context_is_token_exact_across_turns(backend):
     tok = backend.tokenizer
     ctx = ChatContext(tok)
     first = ctx.first("obs one")
-    response = encode(tok, "<action>look</action>")  # no end-of-turn token sampled
+    response = encode_data(tok, "<action>look</action>")  # no end-of-turn token sampled
     second = ctx.next(response, "obs two")
     rendered = tok.apply_chat_template(
         [{"role": "system", "content": ctx.system_prompt}, {"role": "user", "content": "obs one"},
@@ -188,7 +188,7 @@ def test_context_builders_share_one_protocol(backend):
     state = chat.start("find the key", prefix="Skill: look first.")
     first = chat.next_turn(state, "obs one")
     assert state.prompt == first and "Skill: look first.\n\nobs one" in tok.decode(first)
-    response = encode(tok, "<action>look</action>")
+    response = encode_data(tok, "<action>look</action>")
     chat.end_turn(state, "obs one", "look", response)
     second = chat.next_turn(state, "obs two")
     assert state.prompt == first + response + second and "Skill" not in tok.decode(second)

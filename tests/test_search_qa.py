@@ -356,7 +356,7 @@ def test_rollouts_use_the_search_answer_format_and_stop_at_answer(tiny_model_dir
     import torch
     from agentkit.envs import SEARCH_ANSWER, ParseAction, Wrapper, env_info, make
     from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
-    from agentkit.rollout.context import encode, format_observation, make_context
+    from agentkit.rollout.context import encode_data, format_observation, make_context
     from agentkit.rollout.hf_backend import HFBackend
 
     env_id = "search-qa/generated-v0"
@@ -376,7 +376,7 @@ def test_rollouts_use_the_search_answer_format_and_stop_at_answer(tiny_model_dir
     tok, model = backend.tokenizer, backend.model
     builder = make_context("chat", tok, fmt.instruction)
     prompt = builder.next_turn(builder.start(info["task"]), format_observation(obs, info, show_admissible=True, first=True))
-    target = encode(tok, info["expert_plan"][-1] + " and some more words after it")
+    target = encode_data(tok, info["expert_plan"][-1] + " and some more words after it")
     ids = torch.tensor([prompt + target])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     model.train()

@@ -216,11 +216,11 @@ class ScriptedBackend:
 
     def generate(self, prompts, params, seeds=None):
         from agentkit.rollout.backend import Generation
-        from agentkit.rollout.context import encode
+        from agentkit.rollout.context import encode_data
 
         out = []
         for _ in prompts:
-            ids = encode(self.tokenizer, self.render(self.actions.pop(0)))
+            ids = encode_data(self.tokenizer, self.render(self.actions.pop(0)))
             out.append(Generation(ids, [-0.5] * len(ids), "stop"))
         return out
 

@@ -89,7 +89,15 @@ class TrajectoryWriter:
         )
 
     def write(self, trajectory: Trajectory) -> None:
-        line = json.dumps(trajectory.to_dict(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        """Append one trajectory. It is checked first with the reader's own rules, so nothing is
+        written that a read would refuse (``TrajectoryFormatError`` naming the episode otherwise)."""
+        record = trajectory.to_dict()
+        try:
+            Trajectory.from_dict(record, where=f"episode {trajectory.id!r}")
+        except TrajectoryFormatError as err:
+            raise TrajectoryFormatError(f"Not written to {self._final_path or self.path}, since a read would refuse "
+                                        f"it: {err} The episodes before it are in the file.") from err
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         self._file.write(line.encode("utf-8") + b"\n")
         self._file.flush()
         self.count += 1

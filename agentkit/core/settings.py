@@ -57,6 +57,9 @@ class EnvSettings(Settings):
                             "(a running cluster), host:port, ray://host:port, or local (start one here).")
     step_timeout: float = Field(120.0, gt=0, description="Seconds an environment step may take before its worker "
                                 "is restarted and the episode ended (with --env-workers >= 1).")
+    max_observation_chars: int = Field(100_000, gt=0, description="The most characters one observation may add to "
+                                       "the context (about 25k tokens); an episode whose environment returns a "
+                                       "longer one ends there, truncated, with the reason recorded.")
     max_errors: int = Field(10, ge=0, json_schema_extra=flag("--max-env-errors"),
                             description="Stop once this many episodes in a row end in an environment error (it "
                                         "raised, its worker died or hung); each is recorded with its error. "

@@ -322,3 +322,24 @@ def test_the_writer_refuses_what_the_reader_would_and_keeps_what_it_wrote(backen
     assert [t.id for t in read_trajectories(path, strict=True)] == [good.id], "only the sound line is in the file"
     assert path.read_bytes().count(b"\n") == 1
     json.loads(path.read_text())
+
+
+def test_demonstrations_with_ids_outside_the_vocabulary_are_refused_before_training(tiny_model_dir, demos, tmp_path):
+    from agentkit.rollout.hf_backend import load_tokenizer
+
+    [first, *rest] = read_trajectories(demos)
+    turn = first.turns[0]
+    foreign = dataclasses.replace(first, turns=[dataclasses.replace(turn, response_ids=[*turn.response_ids[:-1], 10**6]),
+                                                *first.turns[1:]])
+    path = tmp_path / "foreign.jsonl"
+    with TrajectoryWriter(path) as writer:  # the reader's rules allow any id: only the model knows its vocabulary
+        for t in [foreign, *rest]:
+            writer.write(t)
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "agentkit.cli", "train", "--objective", "sft", "--demos", str(path),
+                           "--model", str(tiny_model_dir), "--out", str(run), "--steps", "1", "--quiet"],
+                          capture_output=True, text=True, timeout=300)
+    vocab = len(load_tokenizer(tiny_model_dir))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"episode {first.id!r}, turn 0 holds token id 1000000, outside this model's vocabulary (0..{vocab - 1})" \
+        in done.stderr

@@ -6,7 +6,7 @@ process killed at any moment leaves either no ``step-N`` or a whole one; the tem
 leaves is ignored, and removed by the next save. Old checkpoints are renamed away before they are
 deleted, so a half-deleted one is never visible either.
 
-Resume takes the newest ``step-N`` with a marker and checks it against the marker first: a file
+Resume takes the newest ``step-N`` and checks it against its marker first: a marker, a file
 missing or of the wrong size (damage from outside: agentkit never leaves a checkpoint so) is
 refused with an error that names the file, rather than silently falling back to an older
 checkpoint. Everything is safetensors or JSON: nothing is ever unpickled from a run folder.
@@ -110,13 +110,27 @@ def checkpoints(run_dir: Path) -> list[int]:
     return sorted(steps)
 
 
+def step_folders(run_dir: Path) -> list[int]:
+    """Steps of every ``checkpoints/step-N`` folder, complete or not (``checkpoints`` lists the complete ones)."""
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name[5:]) for p in root.iterdir() if p.name.startswith("step-") and p.name[5:].isdigit())
+
+
+def _fallback(path: Path) -> str:
+    earlier = [step for step in checkpoints(path.parent.parent) if path.name != f"step-{step}"]
+    return f"delete {path} to resume from step {earlier[-1]}" if earlier else f"delete {path} and start again"
+
+
 def check_complete(path: Path) -> None:
     """Raise ``ConfigError`` naming what is missing if ``path`` is not a whole checkpoint: every
     file its marker lists, at the size written (older markers list names only), and every file a
     resume reads."""
     if not (path / MARKER).exists():
-        raise ConfigError(f"Checkpoint {path} has no {MARKER} marker: it was never completely written. "
-                          "Delete it to resume from an earlier one.")
+        raise ConfigError(f"Checkpoint {path} has no {MARKER} marker. agentkit writes the marker last and only then "
+                          f"moves the folder into place, so something outside it removed the marker. Restore it, "
+                          f"or {_fallback(path)} (resuming never replaces a newer folder).")
     try:
         written = json.loads((path / MARKER).read_text())
     except (OSError, ValueError) as err:
@@ -129,11 +143,9 @@ def check_complete(path: Path) -> None:
     if missing or resized:
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
             [f"{', '.join(resized)} changed size since it was written"] if resized else [])
-        earlier = [step for step in checkpoints(path.parent.parent) if path.name != f"step-{step}"]
-        fallback = f"delete {path} to resume from step {earlier[-1]}" if earlier else f"delete {path} and start again"
         raise ConfigError(f"Checkpoint {path} is damaged: {'; '.join(problems)}. agentkit writes checkpoints "
                           f"atomically, so something outside it removed or changed these files. Restore them, or "
-                          f"{fallback}.")
+                          f"{_fallback(path)}.")
 
 
 def load_training_state(path: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

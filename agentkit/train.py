@@ -49,7 +49,13 @@ from typing import Any
 
 import torch
 
-from agentkit.checkpoint import check_complete, checkpoints, load_training_state, save_checkpoint
+from agentkit.checkpoint import (
+    check_complete,
+    checkpoints,
+    load_training_state,
+    save_checkpoint,
+    step_folders,
+)
 from agentkit.core.config import settings_of
 from agentkit.core.errors import ConfigError, EnvError, TrainingDivergedError
 from agentkit.core.faults import fault_active, fault_point
@@ -170,9 +176,9 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         saved = run_dir / "config.yaml"
         if not saved.exists():
             raise ConfigError(f"--resume: {run_dir} has no config.yaml; nothing to resume.")
-        steps = checkpoints(run_dir)
-        if steps:
-            check_complete(run_dir / "checkpoints" / f"step-{steps[-1]}")  # damaged: refused, never loaded
+        steps, folders = checkpoints(run_dir), step_folders(run_dir)
+        if steps:  # the newest folder, marker or not: damaged is refused, never loaded or replaced
+            check_complete(run_dir / "checkpoints" / f"step-{folders[-1]}")
         elif incomplete := sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")):
             # there, but none complete: never replaced silently
             raise ConfigError(f"--resume: {run_dir} has no complete checkpoint: {incomplete} lack their "

@@ -148,3 +148,21 @@ def test_a_checkpoint_with_a_file_deleted_is_refused_naming_the_file(reference, 
 
     result = train_cli(run, resume=True, steps=4)  # the CLI: exit code 2, the message, no traceback
     assert result.returncode == 2 and "missing tokenizer.json" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_newest_checkpoint_without_its_marker_is_refused_never_replaced(reference, tmp_path):
+    """Its marker deleted from outside, the newest checkpoint is refused by name: resume neither falls
+    back to the one before nor writes over the newer folder later."""
+    from agentkit.train import train
+    from agentkit.train_config import load_config
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    (run / "checkpoints" / "step-3" / MARKER).unlink()
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    with pytest.raises(ConfigError, match=rf"step-3 has no {MARKER} marker\. .* resume from step 2 "):
+        train(load_config(None, [f"out={run}", "train.steps=4"]), resume=True, show_progress=False)
+    result = train_cli(run, resume=True, steps=4)
+    assert result.returncode == 2 and f"step-3 has no {MARKER} marker" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before, "nothing was touched"

@@ -156,10 +156,12 @@ def collect(source: Path, *, model: str | None = None, max_episodes: int = 20_00
 
 def render(data: dict[str, Any]) -> str:
     """The self-contained page."""
+    # no <, > or & at all in the embedded JSON (JSON.parse reads the escapes back): no text can close
+    # the script element or open a comment in it (``<!--<script>`` would), whatever it holds
     payload = json.dumps(data, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-    payload = payload.replace("</", "<\\/")  # nothing in the data can close the script element
-    title = html.escape(f"agentkit view: {data['source']}")
-    return _PAGE.replace("__TITLE__", title).replace("__DATA__", payload)
+    payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    fill = {"__TITLE__": html.escape(f"agentkit view: {data['source']}"), "__DATA__": payload}
+    return re.sub("__TITLE__|__DATA__", lambda m: fill[m.group()], _PAGE)  # one pass: neither fills the other
 
 
 def write_report(source: Path, out: Path, *, model: str | None = None, max_episodes: int = 20_000) -> tuple[Path, int]:

@@ -208,3 +208,31 @@ def test_plot_overlays_runs_with_every_series(sdar_run, sage_run, tmp_path):
     assert "gate_mean" in drawn and set(drawn["gate_mean"]) == {"sdar"}  # SDAR's diagnostics
     assert "judge_strong_share" in drawn and set(drawn["judge_strong_share"]) == {"sage"}
     shutil.copy(out, artifacts() / "plot-two-runs.png")
+
+
+HOSTILE_TEXTS = ["<!--<script>", "</script><script>alert(1)</script>", "<!-- -->", "]]>", "a\u2028b\u2029c", "&lt;&amp;",
+                 "</SCRIPT >", "<script>"]
+
+
+def test_no_text_changes_how_the_page_parses(sdar_run, tmp_path, browser):
+    """Texts that would end the data's script element or put the parser in a comment state: every
+    episode is still shown, and the data reads back exactly (``render`` used to escape only ``</``)."""
+    [first, *_] = read_trajectories(sdar_run / "trajectories" / "step-1.jsonl")
+    source = tmp_path / "hostile.jsonl"
+    with TrajectoryWriter(source) as writer:
+        for i, text in enumerate(HOSTILE_TEXTS):
+            turns = [dataclasses.replace(first.turns[0], observation=text, feedback=text, response_text=text)]
+            writer.write(dataclasses.replace(first, id=f"hostile|{i}", task=text, turns=turns))
+    report = tmp_path / "hostile.html"
+    done = run_cli("view", str(source), "--out", str(report))
+    assert done.returncode == 0, done.stderr
+    page = report.read_text(encoding="utf-8")
+    opening = '<script type="application/json" id="data">'
+    start = page.index(opening) + len(opening)
+    embedded = page[start:page.lower().index("</script", start)]  # where the browser ends the element
+    assert not set("<>&") & set(embedded)
+    assert [e["task"] for e in json.loads(embedded)["episodes"]] == HOSTILE_TEXTS
+    By = open_report(browser, report)
+    assert browser.find_element(By.ID, "count").text.startswith(f"{len(HOSTILE_TEXTS)} of {len(HOSTILE_TEXTS)} episodes")
+    browser.find_elements(By.CSS_SELECTOR, ".ep")[1].click()
+    assert "</script><script>alert(1)</script>" in browser.find_element(By.ID, "main").text

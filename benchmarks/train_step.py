@@ -178,16 +178,35 @@ def loop_update(objective, micro_batch_tokens: int, seed: int = 0):
 
 
 def save_batch(batch, path: Path) -> None:
+    """Tensors to safetensors, everything else (None, numbers, metric dicts) to its JSON metadata: no pickle."""
     import torch
+    from safetensors.torch import save_file
 
-    torch.save({f.name: getattr(batch, f.name) for f in fields(batch)}, path)
+    tensors, rest = {}, {}
+    for f in fields(batch):
+        value = getattr(batch, f.name)
+        if isinstance(value, torch.Tensor):
+            tensors[f.name] = value.detach().clone().contiguous()
+        elif isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
+            tensors.update({f"{f.name}.{k}": v.detach().clone().contiguous() for k, v in value.items()})
+            rest[f.name] = {"tensors": list(value)}
+        else:
+            rest[f.name] = {"value": value}
+    save_file(tensors, str(path), metadata={"rest": json.dumps(rest)})
 
 
 def load_batch(path: Path):
-    import torch
     from agentkit.objectives import TokenBatch
+    from safetensors import safe_open
+    from safetensors.torch import load_file
 
-    return TokenBatch(**torch.load(path, weights_only=False))
+    tensors = load_file(str(path))
+    with safe_open(str(path), "pt") as f:
+        rest = json.loads(f.metadata()["rest"])
+    values = {name: tensor for name, tensor in tensors.items() if "." not in name}
+    for name, held in rest.items():
+        values[name] = ({k: tensors[f"{name}.{k}"] for k in held["tensors"]} if "tensors" in held else held["value"])
+    return TokenBatch(**values)
 
 
 def vm_hwm_kb() -> int:
@@ -371,7 +390,7 @@ def main() -> None:
                "rows": batch.num_rows, "width": int(batch.input_ids.shape[1]),
                "response_tokens": batch.num_response_tokens}
         if not args.no_memory:
-            batch_file = work / "batch.pt"
+            batch_file = work / "batch.safetensors"
             save_batch(batch, batch_file)
             nll_peak, nll_delta = peak_rss(args, batch_file, "nll", {})
             peak, delta = peak_rss(args, batch_file, name, objective_args)

@@ -175,6 +175,42 @@ def test_no_package_code_loads_pickles():
                        "or JSON instead, or pass torch.load(..., weights_only=True):\n" + "\n".join(found))
 
 
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def test_no_code_in_the_repository_loads_pickles():
+    """Benchmarks, examples, scripts and tests too: a user runs them on files they did not write."""
+    skip = {".git", "__pycache__", "build", ".venv", "venv", "node_modules", ".hypothesis", "artifacts", "runs"}
+    sources = [p for p in REPOSITORY.rglob("*.py") if not skip & set(p.relative_to(REPOSITORY).parts)]
+    assert any(p.parts[-2:] == ("benchmarks", "train_step.py") for p in sources)
+    found = [hit for path in sources for hit in pickle_loads_in(path)]
+    assert not found, "code in the repository can unpickle: use safetensors or JSON instead:\n" + "\n".join(found)
+
+
+def test_the_train_step_benchmark_keeps_its_batch_in_safetensors(tmp_path):
+    import torch
+    from agentkit.objectives import TokenBatch
+
+    spec = importlib.util.spec_from_file_location("bench_train_step", REPOSITORY / "benchmarks" / "train_step.py")
+    bench = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = torch.arange(12, dtype=torch.float32).reshape(2, 6)
+    batch = TokenBatch(input_ids=torch.arange(14).reshape(2, 7), attention_mask=torch.ones(2, 7, dtype=torch.long),
+                       response_mask=rows > 3, old_logprobs=-rows / 10, advantages=rows - 5, weights=rows / 11,
+                       episode_index=torch.tensor([0, 1]), turn_index=torch.zeros(2, 6, dtype=torch.long),
+                       teacher_logprobs=-rows / 7, metrics={"skip_share": 0.25}, signals={"gate": rows.sigmoid()},
+                       token_normalizer=8.0)
+    path = tmp_path / "batch.safetensors"
+    bench.save_batch(batch, path)
+    assert not path.read_bytes()[:4].startswith(PICKLE_OR_ZIP)
+    back = bench.load_batch(path)
+    for name, value in vars(batch).items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(getattr(back, name), value), name
+    assert back.ref_logprobs is None and back.metrics == {"skip_share": 0.25} and back.token_normalizer == 8.0
+    assert torch.equal(back.signals["gate"], batch.signals["gate"])
+
+
 def test_the_pickle_check_finds_what_it_looks_for(tmp_path):
     """The scanner itself: each unsafe form is reported with its line, the safe forms are not."""
     sample = tmp_path / "sample.py"

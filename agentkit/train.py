@@ -168,9 +168,49 @@ def _never_started(run_dir: Path) -> bool:
     return not (metrics.exists() and metrics.read_text().strip())
 
 
+def _setting(cfg: Any, key: str) -> Any:
+    """The value of dotted ``key`` in a config (through models, then dicts such as ``env.kwargs``)."""
+    value = cfg
+    for part in key.split("."):
+        value = value.get(part, _MISSING) if isinstance(value, dict) else getattr(value, part, _MISSING)
+    return value
+
+
+_MISSING = object()
+
+
+def _resume_differences(cfg: TrainConfig, saved: TrainConfig, given: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The settings ``given`` for a resume that differ from the run's: (conflicts: what the run computes,
+    refused; ignored: how it is carried out, ``Setting.runtime``). A dict setting (``env.kwargs``)
+    differs where a key given differs."""
+    rows = {row.key: row for row in settings_of(TrainConfig)}
+    conflicts, ignored = [], []
+    for key in sorted(given):
+        if key in ("train.steps", "out"):
+            continue
+        row = rows.get(key) or next((r for k, r in rows.items() if key.startswith(f"{k}.")), None)
+        ours, theirs = _setting(cfg, key), _setting(saved, key)
+        if isinstance(ours, str) and isinstance(theirs, str) and Path(ours).exists() and Path(theirs).exists():
+            differs = Path(ours).resolve() != Path(theirs).resolve()  # the same folder, however written
+        elif isinstance(ours, dict) and isinstance(theirs, dict):
+            differs = any(theirs.get(k, _MISSING) != v for k, v in ours.items() if k in (given[key] or {}))
+        else:
+            differs = ours != theirs
+        if not differs:
+            continue
+        name = f"{row.flag} ({key})" if row is not None and row.key == key else key
+        if row is not None and row.runtime:
+            ignored.append(name)
+        else:
+            shown = "(not set)" if theirs is _MISSING else repr(theirs)
+            conflicts.append(f"{name} is {shown} in the run but {ours!r} in this command")
+    return conflicts, ignored
+
+
 def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = None) -> tuple[TrainConfig, Path, int | None]:
     """The run folder and its settings. On resume, the saved config.yaml is the run's: only
-    ``train.steps`` may change (when given), and any other setting given is named as ignored."""
+    ``train.steps`` may change (when given); a setting of what the run computes given another value
+    is refused, naming each, and one of how it is carried out (``Setting.runtime``) named as ignored."""
     run_dir = Path(cfg.out)
     if resume:
         saved = run_dir / "config.yaml"
@@ -188,12 +228,14 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         # only the length of the run may change on resume: from the command line when --steps was
         # given (``given`` lists what was); from a config built in Python (``given`` None) always
         given = {"train.steps": cfg.train.steps} if given is None else dict(given)
+        conflicts, ignored = _resume_differences(cfg, original, given)
+        if conflicts:
+            raise ConfigError(f"--resume: {run_dir} was started with other settings than this command gives: "
+                              + "; ".join(conflicts) + f". Drop them to continue the run as it was ({saved}), or start "
+                              "a new run in another --out. Nothing was changed.")
         if "train.steps" in given and cfg.train.steps != original.train.steps:
             original = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
             _write_atomic(saved, dump_config(original))  # the new length holds for a later --resume too
-        flags = {row.key: row.flag for row in settings_of(TrainConfig)}
-        ignored = [f"{flags[key]} ({key})" if key in flags else key
-                   for key in sorted(given) if key not in ("train.steps", "out")]
         if ignored:
             print(f"--resume: {run_dir} continues with its saved settings ({saved}); ignored: "
                   + ", ".join(ignored), file=sys.stderr)

@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 
 from agentkit.core.config import describe_settings, load_settings
 from agentkit.core.settings import (
+    RUNTIME,
     ContextSettings,
     EnvSettings,
     SamplingSettings,
@@ -60,7 +61,7 @@ class TrainSection(Settings):
     micro_batch_tokens: int = Field(16384, gt=0, description="Padded tokens per forward/backward micro-batch.")
     demos: str | None = Field(None, description="Demonstrations JSONL (agentkit demos) for objectives that train on them.")
     demos_per_step: int = Field(16, gt=0, description="Demonstration episodes per step.")
-    max_bad_updates: int = Field(3, ge=0, description="Stop the run after this many optimizer updates in a row had a NaN/inf loss or gradient (each is skipped, and counted as skipped_updates in metrics.jsonl). 0 = never stop.")
+    max_bad_updates: int = Field(3, ge=0, json_schema_extra=RUNTIME, description="Stop the run after this many optimizer updates in a row had a NaN/inf loss or gradient (each is skipped, and counted as skipped_updates in metrics.jsonl). 0 = never stop.")
 
 
 class EvalSection(Settings):
@@ -75,11 +76,11 @@ class EvalSection(Settings):
 class CheckpointSection(Settings):
     every: int = Field(5, ge=0, json_schema_extra=flag("--checkpoint-every"),
                        description="Checkpoint every N steps (0 = only at the end).")
-    keep: int = Field(2, gt=0, json_schema_extra=flag("--checkpoint-keep"), description="Checkpoints kept (oldest removed).")
+    keep: int = Field(2, gt=0, json_schema_extra=flag("--checkpoint-keep") | RUNTIME, description="Checkpoints kept (oldest removed).")
 
 
 class LogSection(Settings):
-    signal_episodes: int = Field(4, ge=0, description="Episodes per step whose per-token teacher signals (teacher logprob, teacher-student gap, top-1 confidence, SDAR gate, SAGE-OPD turn labels) go to RUN_DIR/signals/step-N.jsonl for agentkit view; the trajectory files stay as they are. 0 = none.")
+    signal_episodes: int = Field(4, ge=0, json_schema_extra=RUNTIME, description="Episodes per step whose per-token teacher signals (teacher logprob, teacher-student gap, top-1 confidence, SDAR gate, SAGE-OPD turn labels) go to RUN_DIR/signals/step-N.jsonl for agentkit view; the trajectory files stay as they are. 0 = none.")
 
 
 class TrainConfig(Settings):

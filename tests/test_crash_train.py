@@ -166,3 +166,28 @@ def test_a_newest_checkpoint_without_its_marker_is_refused_never_replaced(refere
     assert result.returncode == 2 and f"step-3 has no {MARKER} marker" in result.stderr
     assert "Traceback" not in result.stderr
     assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before, "nothing was touched"
+
+
+def test_resume_refuses_settings_that_change_the_run_and_names_each(reference, tmp_path):
+    """``--env``, ``--seed``, ``--group-size`` (any setting of what the run computes) given another
+    value are refused, each named with both values; how the run is carried out (``--env-workers``)
+    is named as ignored; the same values as the run's are fine."""
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    command = [sys.executable, "-m", "agentkit.cli", "train", "--out", str(run), "--resume", "--quiet", "--steps", "4"]
+    result = subprocess.run([*command, "--env", "textworld/coin-v0", "--seed", "7", "--group-size", "2",
+                             "--env-workers", "2", "--set", "env.kwargs.families=amber"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    for named in ("--env (env.id) is 'vaults/vaults-v0' in the run but 'textworld/coin-v0' in this command",
+                  "--seed (seed) is 0 in the run but 7 in this command",
+                  "--group-size (rollout.group_size) is 4 in the run but 2 in this command"):
+        assert named in result.stderr, result.stderr
+    assert "env.workers" not in result.stderr and "families" not in result.stderr
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before, "nothing was touched"
+    # the run's own values, and a runtime setting named as ignored: it goes on
+    same = subprocess.run([*command, "--group-size", "4", "--env-workers", "1"], capture_output=True, text=True,
+                          timeout=600)
+    assert same.returncode == 0, same.stderr[-2000:]
+    assert "ignored: --env-workers (env.workers)" in same.stderr and "group_size" not in same.stderr

@@ -71,10 +71,13 @@ def test_resume_keeps_the_run_length_and_names_what_it_ignores(tmp_path, capsys)
     run = tmp_path / "run"
     assert main(["train", *SMALL, "--steps", "1", "--out", str(run)]) == 0
     capsys.readouterr()
-    # no --steps: the saved run length (1), not the default 20; --lr is named as ignored
-    assert main(["train", "--out", str(run), "--resume", "--lr", "0.5", "--quiet"]) == 0
+    # another --lr would change the run: refused, naming it; --env-workers only changes how it runs: ignored
+    assert main(["train", "--out", str(run), "--resume", "--lr", "0.5", "--quiet"]) == 2
+    assert "--lr (train.lr) is 0.0003 in the run but 0.5 in this command" in capsys.readouterr().err
+    # no --steps: the saved run length (1), not the default 20
+    assert main(["train", "--out", str(run), "--resume", "--env-workers", "1", "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert "ignored: --lr (train.lr)" in err
+    assert "ignored: --env-workers (env.workers)" in err
     assert _steps(run) == [1]
     assert main(["train", "--out", str(run), "--resume", "--steps", "2", "--quiet"]) == 0
     assert _steps(run) == [1, 2]

@@ -34,6 +34,7 @@ class Setting:
     description: str
     choices: tuple[Any, ...] | None = None
     variant: str | None = None  # backend settings: the backend kind this option belongs to
+    runtime: bool = False  # how a run is carried out, not what it computes (``settings.RUNTIME``)
 
 
 def _unwrap_optional(annotation: Any) -> Any:
@@ -90,7 +91,7 @@ def settings_of(model: type[BaseModel], prefix: str = "") -> list[Setting]:
         annotation = _unwrap_optional(field.annotation)
         choices = typing.get_args(annotation) if typing.get_origin(annotation) is Literal else None
         rows.append(Setting(key, extra.get("flag", _flag(name)), annotation, _default_of(field),
-                            field.description or "", choices))
+                            field.description or "", choices, runtime=bool(extra.get("runtime"))))
     return rows
 
 

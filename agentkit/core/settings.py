@@ -34,6 +34,11 @@ def flag(name: str) -> dict[str, Any]:
     return {"flag": name}
 
 
+# a setting that changes how a run is carried out, not what it computes: ``train --resume`` names it as
+# ignored when given another value, where any other setting given another value is refused
+RUNTIME = {"runtime": True}
+
+
 def default(model: type[BaseModel], name: str) -> Any:
     """The default of setting ``name`` of ``model``: for the lower layers' own parameters, so
     that a library call without settings behaves as the commands' defaults do."""
@@ -50,17 +55,20 @@ class EnvSettings(Settings):
                                                "(agentkit envs list shows each environment's).")
     max_turns: int | None = Field(None, gt=0, description="Turns per episode before truncation "
                                   "(default: the environment's, long enough for its expert plans).")
-    workers: int = Field(0, ge=0, json_schema_extra=flag("--env-workers"),
+    workers: int = Field(0, ge=0, json_schema_extra=flag("--env-workers") | RUNTIME,
                          description="Environment worker processes, or Ray actors with --ray "
                                      "(0 = step the environments in this process).")
-    ray: str | None = Field(None, description="Run the environment workers as Ray actors on this cluster: auto "
+    ray: str | None = Field(None, json_schema_extra=RUNTIME, description="Run the environment workers as Ray actors on this cluster: auto "
                             "(a running cluster), host:port, ray://host:port, or local (start one here).")
-    step_timeout: float = Field(120.0, gt=0, description="Seconds an environment step may take before its worker "
+    step_timeout: float = Field(120.0, gt=0, json_schema_extra=RUNTIME, description="Seconds an environment step may take before its worker "
                                 "is restarted and the episode ended (with --env-workers >= 1).")
+    reset_timeout: float = Field(300.0, gt=0, json_schema_extra=RUNTIME, description="Seconds an environment reset may take before its worker "
+                                 "is restarted and the episode ended (with --env-workers >= 1). Longer than "
+                                 "--step-timeout: a first reset may generate a game or start a JVM.")
     max_observation_chars: int = Field(100_000, gt=0, description="The most characters one observation may add to "
                                        "the context (about 25k tokens); an episode whose environment returns a "
                                        "longer one ends there, truncated, with the reason recorded.")
-    max_errors: int = Field(10, ge=0, json_schema_extra=flag("--max-env-errors"),
+    max_errors: int = Field(10, ge=0, json_schema_extra=flag("--max-env-errors") | RUNTIME,
                             description="Stop once this many episodes in a row end in an environment error (it "
                                         "raised, its worker died or hung); each is recorded with its error. "
                                         "0 = never stop.")

@@ -38,7 +38,7 @@ from types import ModuleType
 from typing import Any
 
 from agentkit.envs.protocol import Env
-from agentkit.rollout.workers import STEP_TIMEOUT_S, EnvResult, Op, close_all, serve
+from agentkit.rollout.workers import RESET_TIMEOUT_S, STEP_TIMEOUT_S, EnvResult, Op, close_all, serve
 
 from agentkit.core.errors import ConfigError, MissingDependencyError
 
@@ -153,7 +153,7 @@ class RayEnvs:
     """
 
     def __init__(self, make_env: Callable[[], Env], num_actors: int = 2, *, address: str = "auto",
-                 step_timeout_s: float = STEP_TIMEOUT_S, reset_timeout_s: float = 600.0, num_cpus: float | None = None,
+                 step_timeout_s: float = STEP_TIMEOUT_S, reset_timeout_s: float = RESET_TIMEOUT_S, num_cpus: float | None = None,
                  start_timeout_s: float = 120.0) -> None:
         if num_actors <= 0:
             raise ValueError(f"num_actors must be positive, got {num_actors}")

@@ -113,7 +113,8 @@ def capped_episodes(first_seed: int, episodes: int, available: int | None, *, wh
 def make_envs(env: EnvSettings, split: str) -> EnvRunner:
     """The runner of ``split``'s environments as ``env`` says: in this process, worker processes or Ray actors."""
     make_env = env_factory(env.id, split=split, max_turns=env.max_turns, env_kwargs=env.kwargs)
-    return make_env_runner(make_env, env.workers, ray=env.ray, step_timeout_s=env.step_timeout)
+    return make_env_runner(make_env, env.workers, ray=env.ray, step_timeout_s=env.step_timeout,
+                           reset_timeout_s=env.reset_timeout)
 
 
 def sampling_params(sampling: GenerationSettings, seed: int) -> SamplingParams:

@@ -4,7 +4,8 @@ The collector submits resets and steps and polls for results, so it can generate
 episodes that are ready while others' environments are still stepping. ``WorkerPool`` runs the
 environments in separate processes (slow simulators like ScienceWorld's JVM or ALFWorld's planner
 then overlap with generation and with each other); a worker that dies or hangs past its timeout
-is killed and restarted, and every episode that lived on it ends with the error recorded.
+is killed and restarted, and every episode that lived on it ends with the error recorded; and the
+workers die with the process that started them, even one killed with ``kill -9``.
 ``InProcessEnvs`` steps environments synchronously in the caller's process (tests, plugins
 registered at run time, and environments too cheap to be worth a process). ``RayEnvs``
 (rollout/ray_workers.py) runs them as Ray actors across a cluster, with the same failure handling;
@@ -14,9 +15,12 @@ registered at run time, and environments too cheap to be worth a process). ``Ray
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import multiprocessing as mp
+import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -31,6 +35,7 @@ from agentkit.envs.protocol import Env
 from agentkit.core.settings import EnvSettings, default
 
 STEP_TIMEOUT_S: float = default(EnvSettings, "step_timeout")  # a step taking longer counts as a hang
+RESET_TIMEOUT_S: float = default(EnvSettings, "reset_timeout")  # the same for a reset
 
 Op = Literal["reset", "step"]
 
@@ -149,14 +154,73 @@ def close_all(envs: dict[int, Env]) -> None:
     envs.clear()
 
 
-def _worker_main(conn: Connection, make_env: Callable[[], Env], stop=None) -> None:
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+PARENT_POLL_S = 0.5  # how often a worker's watchdog looks for its parent
+
+
+def _children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux: read from /proc; elsewhere none are found)."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            found.append(int(entry))
+    return found
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Once the parent is gone (this process was re-parented), kill this worker's own children
+    (an environment's simulator) and exit at once: nobody is left to read an answer."""
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    for child in _children_of(os.getpid()):
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
+    os._exit(1)
+
+
+def _die_with_parent(parent_pid: int, parent_death_signal: bool) -> None:
+    """Make this worker end when the process that started it ends, ``kill -9`` included (which
+    runs none of the parent's cleanup, so ``close`` never comes).
+
+    On Linux the kernel SIGKILLs the worker when its parent dies (``PR_SET_PDEATHSIG``), even while
+    an environment hangs in C code holding the GIL. That signal follows the *thread* that started
+    the worker, so the pool asks for it only when that thread is the main thread (which lives as
+    long as the process); a pool built from another thread, and other platforms, rely on a
+    watchdog thread that notices the worker was re-parented. Grandchildren: the watchdog kills
+    the worker's children; ScienceWorld's JVM (py4j ``die_on_exit``) exits by itself once the
+    worker's end of its stdin pipe closes, however the worker died.
+    """
+    if parent_death_signal and sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # on failure the watchdog still runs
+    if os.getppid() != parent_pid:  # the parent died while this process was starting
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="agentkit-parent-watchdog", daemon=True).start()
+
+
+def _worker_main(conn: Connection, make_env: Callable[[], Env], stop=None, parent_pid: int | None = None,
+                 parent_death_signal: bool = False) -> None:
     """A worker process: builds environments on first use of a slot, serves requests in order.
 
     Ctrl-C in a terminal sends SIGINT to the whole process group, workers included: they ignore
     it (from their start, see ``_sigint_ignored``) and leave stopping to the parent, which closes
-    them, so an interrupted rollout prints the parent's one line and no worker tracebacks.
+    them, so an interrupted rollout prints the parent's one line and no worker tracebacks. A
+    parent killed outright takes its workers with it (``_die_with_parent``).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_pid is not None:
+        _die_with_parent(parent_pid, parent_death_signal)
     envs: dict[int, Env] = {}
     while True:
         try:
@@ -201,8 +265,12 @@ class _Worker:
     def __init__(self, ctx, make_env: Callable[[], Env], index: int) -> None:
         parent, child = ctx.Pipe(duplex=True)
         self.stop = ctx.Event()  # set on close: the worker stops after the request it is serving
-        self.process = ctx.Process(target=_worker_main, args=(child, make_env, self.stop), name=f"agentkit-env-{index}",
-                                   daemon=True)
+        # spawn and fork make this process the worker's parent (forkserver would not: it has no watchdog then);
+        # the kernel's parent-death signal follows the starting thread, so only the main thread asks for it
+        direct = ctx.get_start_method() in ("spawn", "fork")
+        self.process = ctx.Process(target=_worker_main, name=f"agentkit-env-{index}", daemon=True,
+                                   args=(child, make_env, self.stop, os.getpid() if direct else None,
+                                         threading.current_thread() is threading.main_thread()))
         with _sigint_ignored():
             self.process.start()
         child.close()
@@ -234,7 +302,7 @@ class WorkerPool:
     """
 
     def __init__(self, make_env: Callable[[], Env], num_workers: int, *, step_timeout_s: float = STEP_TIMEOUT_S,
-                 reset_timeout_s: float = 600.0, start_method: str = "spawn") -> None:
+                 reset_timeout_s: float = RESET_TIMEOUT_S, start_method: str = "spawn") -> None:
         if num_workers <= 0:
             raise ValueError(f"num_workers must be positive, got {num_workers}")
         self.make_env = make_env
@@ -348,7 +416,7 @@ class WorkerPool:
 
 
 def make_env_runner(make_env: Callable[[], Env], workers: int, *, ray: str | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
-                    reset_timeout_s: float = 600.0) -> EnvRunner:
+                    reset_timeout_s: float = RESET_TIMEOUT_S) -> EnvRunner:
     """The environment runner a rollout asked for: Ray actors, worker processes, or this process.
 
     Args:
@@ -357,7 +425,7 @@ def make_env_runner(make_env: Callable[[], Env], workers: int, *, ray: str | Non
         ray: a Ray cluster to run the workers on (``auto``, ``host:port``, ``ray://host:port`` or
             ``local``; see ``agentkit.rollout.ray_workers.RayEnvs``); None = local processes.
         step_timeout_s: a step taking longer counts as a hang; its worker is restarted.
-        reset_timeout_s: the same for reset.
+        reset_timeout_s: the same for reset (``env.reset_timeout``).
     """
     if ray is not None:
         from agentkit.rollout.ray_workers import RayEnvs

@@ -4,7 +4,9 @@
 then ``COMPLETE`` is written (every file's name and size) and the folder renamed into place. So a
 process killed at any moment leaves either no ``step-N`` or a whole one; the temporary folder it
 leaves is ignored, and removed by the next save. Old checkpoints are renamed away before they are
-deleted, so a half-deleted one is never visible either.
+deleted, so a half-deleted one is never visible either. A disk that fills up mid-write ends in
+``DiskFullError`` (the file, the space left, the last complete checkpoint); the partial folder is
+removed, which gives its space back.
 
 Resume takes the newest ``step-N`` and checks it against its marker first: a marker, a file
 missing or of the wrong size (damage from outside: agentkit never leaves a checkpoint so) is
@@ -26,7 +28,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from agentkit.core.errors import ConfigError
+from agentkit.core.errors import ConfigError, DiskFullError, disk_full, human_bytes, no_space
 from agentkit.core.faults import fault_point
 
 MARKER = "COMPLETE"
@@ -66,22 +68,32 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer: torch
     """``optimizer_state``: the optimizer's whole state dict, where ``optimizer`` holds only a shard
     of it (FSDP; ``agentkit.distributed``)."""
     root = run_dir / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in [*root.glob(".step-*"), *root.glob(".trash-*")]:  # left by a process killed mid-write
-        shutil.rmtree(stale, ignore_errors=True)
     final = root / f"step-{step}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}-", dir=root))
+    tmp: Path | None = None
+    part = "its folder"  # what was being written, for the message of a full disk
     try:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in [*root.glob(".step-*"), *root.glob(".trash-*")]:  # left by a process killed mid-write
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}-", dir=root))
+        part = "config.json, model.safetensors"
         model.save_pretrained(tmp, safe_serialization=True)
+        part = "its tokenizer files"
         tokenizer.save_pretrained(tmp)
         fault_point("checkpoint.write", step)  # tests: killed with some files written, not all
         tensors, meta = _optimizer_tensors(optimizer_state if optimizer_state is not None else optimizer.state_dict())
+        part = "optimizer.safetensors"
         save_file(tensors, str(tmp / "optimizer.safetensors"))
+        part = "optimizer.json"
         (tmp / "optimizer.json").write_text(json.dumps(meta))
+        part = "rng.safetensors"
         save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
+        part = "state.json"
         (tmp / "state.json").write_text(json.dumps(state, indent=1))
+        part = "its files, syncing them to disk"
         for path in tmp.iterdir():
             _fsync(path)
+        part = MARKER
         # the marker last, once everything it lists is on disk
         (tmp / MARKER).write_text(json.dumps({p.name: p.stat().st_size for p in sorted(tmp.iterdir())}, indent=1))
         _fsync(tmp / MARKER)
@@ -89,12 +101,32 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer: torch
             _remove(final)
         os.rename(tmp, final)
         _fsync(root)
+    except Exception as err:  # noqa: BLE001 - a full disk becomes one clear error; anything else propagates as it was
+        if not no_space(err):
+            raise
+        if tmp is not None:  # the partial checkpoint: never visible as step-N, and its space is given back
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise _disk_full(run_dir, step, part, tmp or root, err) from err
     finally:
-        if tmp.exists():
+        if tmp is not None and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     for old in sorted(checkpoints(run_dir))[:-keep]:
         _remove(root / f"step-{old}")
     return final
+
+
+def _disk_full(run_dir: Path, step: int, part: str, where: Path, err: BaseException) -> DiskFullError:
+    root = run_dir / "checkpoints"
+    done = checkpoints(run_dir)
+    if done:
+        last = root / f"step-{done[-1]}"
+        size = sum(p.stat().st_size for p in last.iterdir() if p.is_file())
+        kept = (f"step-{done[-1]}, the last complete checkpoint, and the run's other files are intact (a checkpoint "
+                f"here takes {human_bytes(size)})")
+    else:
+        kept = "the run's other files are intact; it has no complete checkpoint yet"
+    return disk_full(f"checkpoint step-{step} ({part}) to", where, err,
+                     f"The partial checkpoint was removed; {kept}. Free some space there to go on.")
 
 
 def checkpoints(run_dir: Path) -> list[int]:

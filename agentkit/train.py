@@ -27,7 +27,9 @@ launcher can resume a one-process run) and plots come from the main process.
 
 Failures. A process killed at any moment (``kill -9``, a lost machine) resumes with ``--resume``
 from the last complete checkpoint (``agentkit.checkpoint`` writes them atomically); the metrics,
-eval and trajectory files of the steps after it are dropped and played again. An update whose loss
+eval and trajectory files of the steps after it are dropped and played again. A full disk stops
+the run with one ``DiskFullError`` (the file, the space left, the ``--resume`` command), every line
+and checkpoint already written whole. An update whose loss
 or gradient is NaN/inf is skipped and counted (``skipped_updates``); ``train.max_bad_updates`` in a
 row stop the run, after that step's metrics line. An environment that raises, dies or hangs ends
 its episode with the error recorded; ``env.max_errors`` such episodes in a row stop the run, and
@@ -41,6 +43,7 @@ import json
 import math
 import os
 import random
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -57,7 +60,14 @@ from agentkit.checkpoint import (
     step_folders,
 )
 from agentkit.core.config import settings_of
-from agentkit.core.errors import ConfigError, EnvError, TrainingDivergedError
+from agentkit.core.errors import (
+    ConfigError,
+    DiskFullError,
+    EnvError,
+    TrainingDivergedError,
+    disk_full,
+    no_space,
+)
 from agentkit.core.faults import fault_active, fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
 from agentkit.core.settings import GenerationSettings
@@ -80,9 +90,29 @@ from agentkit.skill_credit import skill_credits
 from agentkit.train_config import TrainConfig, TrainSection, dump_config, load_config
 
 
+@contextlib.contextmanager
+def _writing(path: Path, what: str):
+    """A full disk while writing ``path`` becomes a ``DiskFullError`` naming it (the loop adds how to resume)."""
+    try:
+        yield
+    except OSError as err:
+        if not no_space(err):
+            raise
+        raise disk_full(what, path, err, "What was written before is whole. Free some space there to go on.") from err
+
+
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    """Append one line, whole or not at all: a write cut short (the disk filling up) is undone."""
+    data = (json.dumps(record) + "\n").encode()
+    with _writing(path, "a record to"), path.open("ab", buffering=0) as f:
+        start = f.tell()
+        try:
+            while data:
+                data = data[f.write(data):]
+        except OSError:
+            with contextlib.suppress(OSError):
+                f.truncate(start)
+            raise
 
 
 def _truncate_jsonl(path: Path, last_step: int) -> None:
@@ -108,17 +138,20 @@ def _truncate_jsonl(path: Path, last_step: int) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Write a whole file at once (temporary name, then renamed); on a full disk the old one stays."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    with _writing(path, "the file"):
+        try:
+            tmp.write_text(text)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
     os.replace(tmp, path)
 
 
 def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    """Write a whole file at once (temporary name, then renamed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records))
-    os.replace(tmp, path)
+    _write_atomic(path, "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records))
 
 
 def _drop_lost_steps(run_dir: Path, last_step: int) -> None:
@@ -569,6 +602,16 @@ def checkpoint(run: Run, step: int) -> None:
                                               keep=run.cfg.checkpoint.keep, optimizer_state=whole_optimizer)
 
 
+def _resumable(run_dir: Path, err: OSError) -> DiskFullError:
+    """A full disk during the loop, as one line: the file, the space left, and the command that goes on."""
+    if not isinstance(err, DiskFullError):  # a file written outside this module's helpers
+        err = disk_full("a file of the run", err.filename or run_dir, err, "Free some space there to go on.")
+    steps = checkpoints(run_dir)
+    since = f"from checkpoint step-{steps[-1]}" if steps else "from step 0: it has no checkpoint yet"
+    return DiskFullError(f"{err} Then continue the run ({since}) with: agentkit train --out "
+                         f"{shlex.quote(str(run_dir))} --resume")
+
+
 def _check_divergence(run: Run, step: int) -> None:
     cfg = run.cfg
     if not (cfg.train.max_bad_updates and run.bad_update_streak >= cfg.train.max_bad_updates):
@@ -631,6 +674,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
             ranks.barrier()
             bar.update(1)
             bar.set_postfix(success=f"{record['success_rate']:.2f}", loss=f"{record['loss']:.3f}")
+    except OSError as err:
+        if not no_space(err):
+            raise
+        raise _resumable(run.run_dir, err) from err
     finally:
         bar.close()
         run.close()

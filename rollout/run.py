@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -32,7 +34,8 @@ from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats, res
 from agentkit.rollout.config import RolloutConfig
 from agentkit.rollout.workers import EnvRunner, make_env_runner
 
-from agentkit.core.errors import AgentkitError, ConfigError, ModelError, OutputExistsError
+from agentkit.core.config import settings_of
+from agentkit.core.errors import AgentkitError, ConfigError, DiskFullError, ModelError, OutputExistsError
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
 from agentkit.core.settings import BackendSettings, ContextSettings, EnvSettings, GenerationSettings
 
@@ -299,9 +302,44 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
             raise
         except OSError as err:
             raise ConfigError(f"Cannot write {out}: {err}") from err
-        with writer:
-            stats = collector.run(specs, writer.write, progress=progress)
+        try:
+            with writer:
+                stats = collector.run(specs, writer.write, progress=progress)
+        except DiskFullError as err:
+            raise DiskFullError(f"{err} {_after_disk_full(cfg, out)}") from err
     return stats, out
+
+
+def resume_command(cfg: RolloutConfig, out: Path) -> str:
+    """The command that completes this rollout in ``out``: every setting of ``cfg`` that is not its
+    default, as flags (so settings a trajectory does not record are repeated too), and --resume."""
+    words = ["agentkit", "rollout"]
+    for row in settings_of(RolloutConfig):
+        if row.key in ("out", "append", "overwrite", "resume") or row.variant not in (None, cfg.backend.kind):
+            continue
+        value: Any = cfg
+        for part in row.key.split("."):
+            value = getattr(value, part)
+        if value == row.default or value is None:
+            continue
+        if isinstance(value, bool):
+            words.append(row.flag if value else f"--no-{row.flag[2:]}")
+        elif isinstance(value, dict):
+            words += [row.flag, json.dumps(value)]
+        elif isinstance(value, list | tuple):
+            words += [row.flag, *map(str, value)]
+        else:
+            words += [row.flag, str(value)]
+    return shlex.join([*words, "--out", str(out), "--resume"])
+
+
+def _after_disk_full(cfg: RolloutConfig, out: Path) -> str:
+    if cfg.overwrite:
+        return "Then run the same command again (--overwrite replaces the old file only once the new one is complete)."
+    if cfg.append:
+        return ("Then rerun with --append and the seeds still missing (--seed, --episodes): --resume does not apply "
+                "to an appended file.")
+    return f"Then complete the rollout with: {resume_command(cfg, out)}"
 
 
 def run_eval(cfg, model_dir: Path, *, out: Path | None = None, progress=None, skills=None) -> RolloutStats:

@@ -7,6 +7,9 @@ Every error says what was given, what was expected, and how to fix it. Causes ar
 from __future__ import annotations
 
 import difflib
+import errno
+import os
+import shutil
 from collections.abc import Iterable
 
 
@@ -51,6 +54,53 @@ class OutputExistsError(AgentkitError, FileExistsError):
 
 class TrainingDivergedError(AgentkitError, ArithmeticError):
     """Training produced NaN/inf losses or gradients in too many updates in a row."""
+
+
+# the errno values of a full disk: no space left, and the user's disk quota used up
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class DiskFullError(AgentkitError, OSError):
+    """A file could not be written because its disk, or the user's quota there, is full. Whatever
+    was written before stays whole; the message names the file, the space left, and how to go on."""
+
+
+def no_space(err: BaseException) -> bool:
+    """Whether ``err`` says the disk (or quota) is full. Rust-backed writers (safetensors,
+    tokenizers) raise plain exceptions that carry the OS error only in their text: "(os error 28)"."""
+    if isinstance(err, DiskFullError):
+        return True
+    if isinstance(err, OSError):
+        return err.errno in NO_SPACE
+    return any(f"(os error {code})" in str(err) for code in NO_SPACE)
+
+
+def free_space(path: str | os.PathLike) -> str:
+    """The space left on the disk holding ``path`` (or its nearest existing parent), e.g. "12.0 KiB"."""
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        return human_bytes(shutil.disk_usage(folder).free)
+    except OSError:
+        return "unknown"
+
+
+def human_bytes(size: int) -> str:
+    """``size`` bytes for a reader: "512 B", "12.0 KiB", "3.4 GiB"."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def disk_full(what: str, path: str | os.PathLike, err: BaseException, then: str) -> DiskFullError:
+    """The one-line error for a write of ``what`` to ``path`` that ran out of space: which file,
+    the space left there, and ``then`` (what was kept and how to go on)."""
+    cause = os.strerror(err.errno) if isinstance(err, OSError) and err.errno else "No space left on device"
+    return DiskFullError(f"{cause} while writing {what} {path} ({free_space(path)} free there now). {then}")
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:

@@ -1,15 +1,17 @@
 """Crash-safe JSONL for trajectories.
 
-Appending writes one whole line per record with a single ``write`` call on a file opened for
-appending, then flushes, so a crash can leave at most one torn *last* line. Opening a file whose
-last line is torn moves that fragment to ``FILE.torn`` (it is reported, never silently merged
-with the next record) before anything new is written. Reading validates every line and names
-the file and line of any problem; a torn last line is reported and skipped, or raises in strict
-mode.
+Appending writes one whole line per record, unbuffered, on a file opened for appending, so a crash
+can leave at most one torn *last* line; a write that fails (the disk filling up) is undone, so the
+file keeps whole lines (``DiskFullError`` says which file, the space left, what was kept). Opening
+a file whose last line is torn moves that fragment to ``FILE.torn`` (it is reported, never
+silently merged with the next record) before anything new is written. Reading validates every
+line and names the file and line of any problem; a torn last line is reported and skipped, or
+raises in strict mode.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
@@ -17,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from agentkit.core.errors import OutputExistsError, TrajectoryFormatError
+from agentkit.core.errors import OutputExistsError, TrajectoryFormatError, disk_full, no_space
 from agentkit.core.trajectory import Trajectory
 
 
@@ -69,10 +71,10 @@ class TrajectoryWriter:
             # write the replacement beside the old file; it replaces the old one only on close()
             self._final_path: Path | None = self.path
             self.path = self.path.with_name(self.path.name + ".tmp")
-            self._file: IO[bytes] = self.path.open("wb")
+            self._file: IO[bytes] = self.path.open("wb", buffering=0)
         else:
             self._final_path = None
-            self._file = self.path.open("ab")
+            self._file = self.path.open("ab", buffering=0)  # unbuffered: each line is written whole or undone
         self.count = 0
 
     def _set_aside(self, torn: bytes) -> None:
@@ -98,15 +100,35 @@ class TrajectoryWriter:
             raise TrajectoryFormatError(f"Not written to {self._final_path or self.path}, since a read would refuse "
                                         f"it: {err} The episodes before it are in the file.") from err
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        self._file.write(line.encode("utf-8") + b"\n")
-        self._file.flush()
+        data = memoryview(line.encode("utf-8") + b"\n")
+        start = self._file.tell()
+        try:
+            while data:  # an unbuffered write may take only part of it (the disk filling up)
+                data = data[self._file.write(data):]
+        except OSError as err:
+            with contextlib.suppress(OSError):  # shrinking a file needs no space; if it fails, a read drops the torn line
+                os.ftruncate(self._file.fileno(), start)
+                self._file.seek(start)
+            raise self._write_error(err) from err
         self.count += 1
+
+    def _write_error(self, err: OSError) -> OSError:
+        if not no_space(err):
+            return err
+        written = f"{self.count} trajector{'y' if self.count == 1 else 'ies'}"
+        kept = (f"{self._final_path} was not replaced; {self.path} holds the {written} written so far, whole."
+                if self._final_path is not None else
+                f"The file keeps whole lines only: the {written} written before, all intact.")
+        return disk_full("trajectories to", self.path, err, f"{kept} Free some space there to go on.")
 
     def close(self) -> None:
         if self._file.closed:
             return
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            os.fsync(self._file.fileno())
+        except OSError as err:
+            self._file.close()
+            raise self._write_error(err) from err
         self._file.close()
         if self._final_path is not None:
             os.replace(self.path, self._final_path)
@@ -119,6 +141,10 @@ class TrajectoryWriter:
         if exc_type is not None and self._final_path is not None:
             # an interrupted overwrite keeps the old file and the partial new one beside it
             self._file.close()
+            return
+        if exc_type is not None:
+            with contextlib.suppress(OSError):  # the error on its way out says what went wrong, not a second one
+                self.close()
             return
         self.close()
 

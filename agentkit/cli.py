@@ -90,15 +90,25 @@ def _settings(args: argparse.Namespace, model, *, what: str):
     return load_settings(model, args.config, args.set, values, what=what, base=base)
 
 
+_ABSENT = object()
+
+
 def _given(args: argparse.Namespace, model) -> dict:
-    from agentkit.core.config import settings_from_args
+    """The settings this command gives, by dotted key: its flags, its --set items and every setting its
+    --config file holds (``train --resume`` compares each with the run's)."""
+    from agentkit.core.config import parse_assignment, read_yaml, settings_from_args, settings_of
 
     given = settings_from_args(args, model)
     for item in args.set or []:
-        from agentkit.core.config import parse_assignment
-
         key, value = parse_assignment(item)
         given.setdefault(key, value)
+    loaded = read_yaml(args.config, what="config") if args.config else None
+    for row in settings_of(model) if isinstance(loaded, dict) else []:
+        value = loaded
+        for part in row.key.split("."):
+            value = value.get(part, _ABSENT) if isinstance(value, dict) else _ABSENT
+        if value is not _ABSENT:
+            given.setdefault(row.key, value)
     return given
 
 
@@ -456,7 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(p, TrainConfig)
     p.add_argument("--resume", action="store_true",
                    help="Continue the run in --out from its last complete checkpoint with its saved settings "
-                        "(--steps may extend it; other settings given are ignored, and named).")
+                        "(--steps may extend it; a setting of what the run computes given another value is refused, "
+                        "one of how it runs, such as --env-workers, is named as ignored).")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
     p.add_argument("--help-config", action="store_true",
                    help="Print every setting with its key, flag, default and meaning (with --objective: its args too), then exit.")

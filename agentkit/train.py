@@ -201,15 +201,15 @@ def _never_started(run_dir: Path) -> bool:
     return not (metrics.exists() and metrics.read_text().strip())
 
 
-def _setting(cfg: Any, key: str) -> Any:
-    """The value of dotted ``key`` in a config (through models, then dicts such as ``env.kwargs``)."""
-    value = cfg
-    for part in key.split("."):
-        value = value.get(part, _MISSING) if isinstance(value, dict) else getattr(value, part, _MISSING)
-    return value
-
-
 _MISSING = object()
+
+
+def _setting(values: dict[str, Any], key: str) -> Any:
+    """The value of dotted ``key`` in a config's ``model_dump()`` (``env.kwargs.families`` too), or ``_MISSING``."""
+    value: Any = values
+    for part in key.split("."):
+        value = value.get(part, _MISSING) if isinstance(value, dict) else _MISSING
+    return value
 
 
 def _resume_differences(cfg: TrainConfig, saved: TrainConfig, given: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -218,11 +218,12 @@ def _resume_differences(cfg: TrainConfig, saved: TrainConfig, given: dict[str, A
     differs where a key given differs."""
     rows = {row.key: row for row in settings_of(TrainConfig)}
     conflicts, ignored = [], []
+    command_values, run_values = cfg.model_dump(), saved.model_dump()
     for key in sorted(given):
         if key in ("train.steps", "out"):
             continue
         row = rows.get(key) or next((r for k, r in rows.items() if key.startswith(f"{k}.")), None)
-        ours, theirs = _setting(cfg, key), _setting(saved, key)
+        ours, theirs = _setting(command_values, key), _setting(run_values, key)
         if isinstance(ours, str) and isinstance(theirs, str) and Path(ours).exists() and Path(theirs).exists():
             differs = Path(ours).resolve() != Path(theirs).resolve()  # the same folder, however written
         elif isinstance(ours, dict) and isinstance(theirs, dict):

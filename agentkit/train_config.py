@@ -74,7 +74,7 @@ class EvalSection(Settings):
 
 
 class CheckpointSection(Settings):
-    every: int = Field(5, ge=0, json_schema_extra=flag("--checkpoint-every"),
+    every: int = Field(5, ge=0, json_schema_extra=flag("--checkpoint-every") | RUNTIME,
                        description="Checkpoint every N steps (0 = only at the end).")
     keep: int = Field(2, gt=0, json_schema_extra=flag("--checkpoint-keep") | RUNTIME, description="Checkpoints kept (oldest removed).")
 

@@ -145,18 +145,34 @@ UNPICKLERS = {"pickle.load", "pickle.loads", "pickle.Unpickler", "cPickle.load",
               "pandas.read_pickle", "shelve.open", "marshal.load", "marshal.loads"}
 
 
+def _imported_names(tree: ast.AST) -> dict[str, str]:
+    """What each name a file imports stands for: ``import pickle as pk`` gives ``pk`` -> ``pickle``,
+    ``from torch import load`` gives ``load`` -> ``torch.load`` (whole file, scopes ignored)."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update({alias.asname: alias.name for alias in node.names if alias.asname})
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
+    return names
+
+
 def pickle_loads_in(path: Path) -> list[str]:
     """``file:line: call`` for every call in ``path`` that can unpickle: the pickle family,
-    ``torch.load`` without ``weights_only=True``, ``numpy.load`` with ``allow_pickle=True``."""
+    ``torch.load`` without ``weights_only=True``, ``numpy.load`` with ``allow_pickle=True``; under
+    any name an import gave them (``import pickle as pk``, ``from torch import load``)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    imported = _imported_names(tree)
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        name = _dotted(node.func)
+        first, dot, rest = _dotted(node.func).partition(".")
+        name = imported.get(first, first) + dot + rest
         head, last = name.split(".")[0], name.split(".")[-1]
         if name in UNPICKLERS or last in ("read_pickle", "Unpickler"):
             bad = True
-        elif name == "torch.load" or name.endswith(".torch.load"):
+        elif name in ("torch.load", "torch.serialization.load") or name.endswith(".torch.load"):
             bad = not _keyword_is(node, "weights_only", True)
         elif last == "load" and head in ("np", "numpy"):
             bad = any(k.arg == "allow_pickle" for k in node.keywords) and not _keyword_is(node, "allow_pickle", False)
@@ -220,8 +236,16 @@ def test_the_pickle_check_finds_what_it_looks_for(tmp_path):
                       "c = torch.load('x', weights_only=True)\n"
                       "d = np.load('x', allow_pickle=True)\n"
                       "e = np.load('x')\n"
-                      "f = pickle.loads(b'')\n")
-    assert [hit.split(":")[1] for hit in pickle_loads_in(sample)] == ["2", "3", "5", "7"]
+                      "f = pickle.loads(b'')\n"
+                      "import pickle as pk, json\n"
+                      "from pickle import loads as undo\n"
+                      "from torch import load\n"
+                      "g = pk.load(open('x', 'rb'))\n"
+                      "h = undo(b'')\n"
+                      "i = load('x')\n"
+                      "j = load('x', weights_only=True)\n"
+                      "k = json.load(open('x'))\n")
+    assert [hit.split(":")[1] for hit in pickle_loads_in(sample)] == ["2", "3", "5", "7", "11", "12", "13"]
 
 
 ALLOWED_SUFFIXES = {".safetensors", ".json", ".yaml", ".yml"}

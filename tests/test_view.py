@@ -210,8 +210,36 @@ def test_plot_overlays_runs_with_every_series(sdar_run, sage_run, tmp_path):
     shutil.copy(out, artifacts() / "plot-two-runs.png")
 
 
-HOSTILE_TEXTS = ["<!--<script>", "</script><script>alert(1)</script>", "<!-- -->", "]]>", "a\u2028b\u2029c", "&lt;&amp;",
-                 "</SCRIPT >", "<script>"]
+HOSTILE_TEXTS = ["<!--<script>", "</script><script>alert(1)</script>", "<!--", "-->", "<!-- -->", "]]>", "<![CDATA[",
+                 "a\u2028b\u2029c", "&lt;&amp;", "</SCRIPT >", "<script>", "\\u003c/script>"]
+
+
+def _embedded(page: str) -> str:
+    """The data element's text as a browser reads it: it ends at the first ``</script``, any case."""
+    opening = '<script type="application/json" id="data">'
+    start = page.index(opening) + len(opening)
+    return page[start:page.lower().index("</script", start)]
+
+
+def test_the_embedded_data_holds_no_markup_and_reads_back():
+    """No browser needed: whatever the texts (and the source path in the title), the page has the
+    template's elements and no more, the data holds no ``<``, ``>``, ``&``, U+2028 or U+2029 (so
+    nothing can end its element or enter the double-escaped state of ``<!--<script``), and the data
+    JSON-decodes back to the originals. The title is filled in the same pass, so a ``__DATA__`` in
+    the path stays text."""
+    from agentkit.view import render
+
+    data = {"source": "runs/<!--<script>/</title>/__DATA__.jsonl", "truncated": False, "max_episodes": 10, "tokenizer": None,
+            "episodes": [{"id": f"e{i}", "task": text, "turns": [{"observation": text, "response_text": text}]}
+                         for i, text in enumerate(HOSTILE_TEXTS)]}
+    page = render(data)
+    embedded = _embedded(page)
+    assert not set("<>&\u2028\u2029") & set(embedded)
+    assert json.loads(embedded) == data
+    plain = render({**data, "source": "runs/plain.jsonl", "episodes": []})
+    for markup in ("<script", "</script", "<!--", "-->", "<title", "</title"):
+        assert page.lower().count(markup) == plain.lower().count(markup), markup
+    assert "<title>agentkit view: runs/&lt;!--&lt;script&gt;/&lt;/title&gt;/__DATA__.jsonl</title>" in page
 
 
 def test_no_text_changes_how_the_page_parses(sdar_run, tmp_path, browser):
@@ -226,10 +254,7 @@ def test_no_text_changes_how_the_page_parses(sdar_run, tmp_path, browser):
     report = tmp_path / "hostile.html"
     done = run_cli("view", str(source), "--out", str(report))
     assert done.returncode == 0, done.stderr
-    page = report.read_text(encoding="utf-8")
-    opening = '<script type="application/json" id="data">'
-    start = page.index(opening) + len(opening)
-    embedded = page[start:page.lower().index("</script", start)]  # where the browser ends the element
+    embedded = _embedded(report.read_text(encoding="utf-8"))
     assert not set("<>&") & set(embedded)
     assert [e["task"] for e in json.loads(embedded)["episodes"]] == HOSTILE_TEXTS
     By = open_report(browser, report)

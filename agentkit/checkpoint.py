@@ -132,14 +132,7 @@ def _disk_full(run_dir: Path, step: int, part: str, where: Path, err: BaseExcept
 def checkpoints(run_dir: Path) -> list[int]:
     """Steps of the checkpoints in ``run_dir`` that were completely written (temporary folders of
     an interrupted write ignored). ``check_complete`` verifies one against its marker."""
-    root = run_dir / "checkpoints"
-    if not root.is_dir():
-        return []
-    steps = []
-    for path in root.iterdir():
-        if path.name.startswith("step-") and path.name[5:].isdigit() and (path / MARKER).exists():
-            steps.append(int(path.name[5:]))
-    return sorted(steps)
+    return [step for step in step_folders(run_dir) if (run_dir / "checkpoints" / f"step-{step}" / MARKER).exists()]
 
 
 def step_folders(run_dir: Path) -> list[int]:

@@ -69,7 +69,7 @@ from agentkit.core.errors import (
     no_space,
 )
 from agentkit.core.faults import fault_active, fault_point
-from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
+from agentkit.core.jsonl import TrajectoryWriter, append_whole, read_trajectories
 from agentkit.core.settings import GenerationSettings
 from agentkit.objectives import Capabilities, make_objective, policy_logprobs
 from agentkit.rollout import EpisodeSpec
@@ -103,16 +103,8 @@ def _writing(path: Path, what: str):
 
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
     """Append one line, whole or not at all: a write cut short (the disk filling up) is undone."""
-    data = (json.dumps(record) + "\n").encode()
     with _writing(path, "a record to"), path.open("ab", buffering=0) as f:
-        start = f.tell()
-        try:
-            while data:
-                data = data[f.write(data):]
-        except OSError:
-            with contextlib.suppress(OSError):
-                f.truncate(start)
-            raise
+        append_whole(f, (json.dumps(record) + "\n").encode())
 
 
 def _truncate_jsonl(path: Path, last_step: int) -> None:

@@ -8,7 +8,6 @@ and top-p). At temperature 1 and top-p 1 that is the model's own logprob. Greedy
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -16,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from agentkit.rollout.context import encode_chat
 
 from agentkit.core.settings import SamplingSettings, default
+from agentkit.core.trajectory import is_logprob
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def generation_problem(generation: Generation, params: SamplingParams, vocab_siz
     bad_id = next((i for i in ids if type(i) is not int or not 0 <= i < vocab_size), None)
     if bad_id is not None:
         return f"token id {bad_id!r} is outside the tokenizer's vocabulary (0..{vocab_size - 1})"
-    bad_lp = next((x for x in logprobs if not isinstance(x, (int, float)) or not math.isfinite(x) or x > 1e-6), None)
+    bad_lp = next((x for x in logprobs if not isinstance(x, (int, float)) or not is_logprob(x)), None)
     if bad_lp is not None:
         return f"logprob {bad_lp!r} (a logprob is a finite number <= 0)"
     return None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import numbers
 import time
 from collections import deque
@@ -36,7 +35,7 @@ from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 
 from agentkit.core.errors import ConfigError, EnvError
 from agentkit.core.settings import ContextSettings, EnvSettings, default
-from agentkit.core.trajectory import ContextMode, Trajectory, Turn
+from agentkit.core.trajectory import ContextMode, Trajectory, Turn, is_finite, is_unicode
 
 
 @dataclass(frozen=True)
@@ -125,11 +124,8 @@ def _text_problem(what: str, value: Any, *, optional: bool = False, limit: int |
         return None
     if not isinstance(value, str):
         return f"{what} is a {type(value).__name__}, not a string"
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return f"{what} holds a lone surrogate (a \\ud800-\\udfff character), which UTF-8 cannot carry"
+    if not is_unicode(value):
+        return f"{what} holds a lone surrogate (a \\ud800-\\udfff character), which UTF-8 cannot carry"
     if limit is not None and len(value) > limit:
         return (f"{what} has {len(value):,} characters, over env.max_observation_chars={limit:,} "
                 "(--max-observation-chars)")
@@ -141,11 +137,7 @@ def _number_problem(what: str, value: Any, *, optional: bool = False) -> str | N
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's numbers are Real too
         return f"{what} is a {type(value).__name__}, not a number"
-    try:
-        finite = math.isfinite(value)
-    except (OverflowError, TypeError):
-        finite = False
-    return None if finite else f"{what} is {value!r}, not a finite number"
+    return None if is_finite(value) else f"{what} is {value!r}, not a finite number"
 
 
 def _info_problem(info: Any, *, reset: bool) -> str | None:

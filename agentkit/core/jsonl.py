@@ -48,6 +48,21 @@ def _split_torn_tail(path: Path) -> bytes:
         return tail
 
 
+def append_whole(file: IO[bytes], data: bytes) -> None:
+    """Write ``data`` at the end of an unbuffered ``file``, whole or not at all: a write cut short
+    (the disk filling up) is undone before its ``OSError`` goes on."""
+    start = file.tell()
+    rest = memoryview(data)
+    try:
+        while rest:  # an unbuffered write may take only part of it
+            rest = rest[file.write(rest):]
+    except OSError:
+        with contextlib.suppress(OSError):  # shrinking a file needs no space; if it fails, a read drops the torn line
+            os.ftruncate(file.fileno(), start)
+            file.seek(start)
+        raise
+
+
 class TrajectoryWriter:
     """Append-only writer. ``mode``: "new" (refuse an existing file), "append" or "overwrite"."""
 
@@ -100,15 +115,9 @@ class TrajectoryWriter:
             raise TrajectoryFormatError(f"Not written to {self._final_path or self.path}, since a read would refuse "
                                         f"it: {err} The episodes before it are in the file.") from err
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        data = memoryview(line.encode("utf-8") + b"\n")
-        start = self._file.tell()
         try:
-            while data:  # an unbuffered write may take only part of it (the disk filling up)
-                data = data[self._file.write(data):]
+            append_whole(self._file, line.encode("utf-8") + b"\n")
         except OSError as err:
-            with contextlib.suppress(OSError):  # shrinking a file needs no space; if it fails, a read drops the torn line
-                os.ftruncate(self._file.fileno(), start)
-                self._file.seek(start)
             raise self._write_error(err) from err
         self.count += 1
 

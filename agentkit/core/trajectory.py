@@ -232,9 +232,9 @@ def _check_fields(record: dict, schema: _Schema, where: str) -> None:
             raise TrajectoryFormatError(
                 f"{where}: field {key!r} has type {type(value).__name__}; expected {_names(allowed)}."
             )
-        if float in allowed and not _finite(value):
+        if float in allowed and not is_finite(value):
             raise TrajectoryFormatError(f"{where}: field {key!r} must be a finite number, got {_short(value)}.")
-        if isinstance(value, str) and not _is_unicode(value):
+        if isinstance(value, str) and not is_unicode(value):
             raise TrajectoryFormatError(f"{where}: field {key!r} holds a lone surrogate (a \\ud800-\\udfff escape), "
                                         "which UTF-8 cannot encode; agentkit never writes one.")
 
@@ -243,7 +243,7 @@ def _names(types: tuple[type, ...]) -> str:
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
-def _finite(value: int | float) -> bool:
+def is_finite(value: int | float) -> bool:
     # a JSON integer too large for a float (1e400 written out) is as unusable as Infinity
     try:
         return math.isfinite(value)
@@ -251,7 +251,12 @@ def _finite(value: int | float) -> bool:
         return False
 
 
-def _is_unicode(text: str) -> bool:
+def is_logprob(value: int | float) -> bool:
+    """A logprob a trajectory may hold: finite and <= 0 (up to float noise)."""
+    return is_finite(value) and value <= 1e-6
+
+
+def is_unicode(text: str) -> bool:
     # json.loads turns a "\ud800" escape into a lone surrogate, which cannot be written back as UTF-8
     if text.isascii():
         return True
@@ -282,7 +287,7 @@ def _turn_from_dict(record: Any, where: str) -> Turn:
         raise TrajectoryFormatError(
             f"{where}: {len(record['response_ids'])} response_ids but {len(logprobs)} response_logprobs."
         )
-    if not all(type(x) in (int, float) and _finite(x) and x <= 1e-6 for x in logprobs):
+    if not all(type(x) in (int, float) and is_logprob(x) for x in logprobs):
         raise TrajectoryFormatError(f"{where}: response_logprobs must be finite numbers <= 0.")
     return Turn(**record)
 
@@ -302,7 +307,7 @@ def _trajectory_from_dict(record: Any, where: str) -> Trajectory:
     for key, allowed in _TRAJECTORY.choices.items():
         if key in record and record[key] not in allowed:
             raise TrajectoryFormatError(f"{where}: {key} must be {' or '.join(map(repr, allowed))}, got {record[key]!r}.")
-    if not all(isinstance(s, str) and _is_unicode(s) for s in record.get("skills", [])):
+    if not all(isinstance(s, str) and is_unicode(s) for s in record.get("skills", [])):
         raise TrajectoryFormatError(f"{where}: 'skills' must be a list of skill id strings.")
     try:  # the writer must be able to write back whatever the reader accepts
         json.dumps(record["sampling"], ensure_ascii=False, allow_nan=False).encode("utf-8")

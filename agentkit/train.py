@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from agentkit.async_rollout import generator_stats
 from agentkit.checkpoint import (
     check_complete,
     checkpoints,
@@ -72,6 +73,7 @@ from agentkit.core.faults import fault_active, fault_point
 from agentkit.core.jsonl import TrajectoryWriter, append_whole, read_trajectories
 from agentkit.core.settings import GenerationSettings
 from agentkit.objectives import Capabilities, make_objective, policy_logprobs
+from agentkit.objectives.common import off_policy_correction
 from agentkit.rollout import EpisodeSpec
 from agentkit.rollout.collector import RolloutStats
 from agentkit.rollout.hf_backend import HFBackend, load_causal_lm, load_tokenizer
@@ -146,9 +148,12 @@ def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     _write_atomic(path, "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records))
 
 
-def _drop_lost_steps(run_dir: Path, last_step: int) -> None:
-    """On resume, remove the trajectory and signal files of the steps after the checkpoint: they are played again."""
-    for path in [*(run_dir / "trajectories").glob("step-*.jsonl*"), *(run_dir / "signals").glob("step-*.jsonl*")]:
+def _drop_lost_steps(run_dir: Path, last_step: int, *, keep_trajectories: bool = False) -> None:
+    """On resume, remove the trajectory and signal files of the steps after the checkpoint: they are
+    played again. ``keep_trajectories`` (async runs): the trajectory files stay, the generator's
+    buffer; the steps after the checkpoint train on them again as they are."""
+    trajectories = [] if keep_trajectories else list((run_dir / "trajectories").glob("step-*"))
+    for path in [*trajectories, *(run_dir / "signals").glob("step-*.jsonl*")]:
         number = path.name.removeprefix("step-").split(".")[0]
         if number.isdigit() and int(number) > last_step:
             path.unlink()
@@ -270,7 +275,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         if last >= cfg.train.steps:
             print(f"--resume: {run_dir} already has its {cfg.train.steps} steps (checkpoint step-{last}); nothing to "
                   f"do. Pass --steps N (N > {last}) to train it further.", file=sys.stderr)
-        _drop_lost_steps(run_dir, last)
+        _drop_lost_steps(run_dir, last, keep_trajectories=cfg.async_rl.enabled)
         if not steps:  # stopped before its first checkpoint: the same run again from its initial model
             for name in ("metrics.jsonl", "eval.jsonl"):
                 _truncate_jsonl(run_dir / name, 0)
@@ -334,6 +339,8 @@ class Run:
     env_error_streak: int = 0  # and episodes ended by an env error (env.max_errors)
     last_eval: dict[str, Any] | None = None
     last_checkpoint: Path | None = None
+    generator: Any = None  # agentkit.async_rollout.Generator: the async run's generator process
+    trainer_old_logprobs: bool = False  # pi_old from the trainer's forward (train.old_logprobs)
 
     def skill_selector(self, seed: int, *, sees: bool):
         if self.bank is None:
@@ -344,6 +351,8 @@ class Run:
                              show_policy=sees)
 
     def close(self) -> None:
+        if self.generator is not None:
+            self.generator.close()
         for envs in (self.train_envs, self.eval_envs):
             if envs is not None:
                 envs.close()
@@ -376,7 +385,15 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
 
     ranks = start_ranks()
     cfg, run_dir, resume_step = ranks.on_main(prepare_run, cfg, resume, given)
+    if cfg.async_rl.enabled and ranks.world > 1:
+        raise ConfigError(f"--async runs one trainer process with one generator process; this launch has {ranks.world} "
+                          "processes. Launch one process, or drop --async.")
     torch.manual_seed(cfg.seed)
+    if cfg.async_rl.enabled:  # the trainer's share of the cores; the generator sets its own
+        from agentkit.async_rollout import default_threads
+
+        torch.set_num_threads(default_threads(cfg.async_rl.trainer_threads,
+                                              default_threads(cfg.async_rl.generator_threads, 0)))
     base_model = resolve_model_dir(cfg.model) if cfg.model else ensure_default_model()
     start = run_dir / "checkpoints" / f"step-{resume_step}" if resume_step is not None else base_model
     tokenizer = load_tokenizer(start)
@@ -415,13 +432,21 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
     if demos is not None:
         _check_token_ids(demos, len(tokenizer), cfg.train.demos)
     (run_dir / "trajectories").mkdir(exist_ok=True)
+    generator = None
+    if cfg.async_rl.enabled:
+        from agentkit.async_rollout import Generator
+
+        generator = Generator(cfg, run_dir, start, policy, first_step)
+    old_from = cfg.train.old_logprobs
+    trainer_old = old_from == "trainer" or (old_from == "auto" and (cfg.backend.kind != "hf" or cfg.async_rl.enabled))
     return Run(cfg=cfg, run_dir=run_dir, ranks=ranks, tokenizer=tokenizer, policy=policy, model=model, sampler=sampler,
                optimizer=optimizer, backend=backend, objective=objective, needs=needs, teacher=teacher, judge=judge,
                bank=bank, retriever=retriever, reference=reference, demos=demos,
-               train_envs=None if demos is not None else make_envs(cfg.env, "train"),
+               train_envs=None if demos is not None or generator is not None else make_envs(cfg.env, "train"),
                eval_envs=make_envs(cfg.env, cfg.eval.split) if ranks.is_main else None,
                first_step=first_step, bad_update_streak=saved_state.get("bad_update_streak", 0),
-               env_error_streak=saved_state.get("env_error_streak", 0))
+               env_error_streak=saved_state.get("env_error_streak", 0), generator=generator,
+               trainer_old_logprobs=trainer_old)
 
 
 def _check_token_ids(trajectories: list, vocab_size: int, path: str) -> None:
@@ -445,6 +470,14 @@ def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats
         for t in trajectories:
             stats.add(t)
         return trajectories, stats
+    if run.generator is not None:  # async: the generator process played (or is playing) this step
+        path, waited = run.generator.wait_for(step)
+        trajectories = sorted(read_trajectories(path, strict=True), key=lambda t: t.id)
+        stats = RolloutStats(wall_s=waited)
+        for t in trajectories:
+            stats.add(t)
+        _check_played(trajectories, path, cfg)
+        return trajectories, stats
     first_task = step * cfg.rollout.tasks_per_step
     tasks = ranks.shard(range(first_task, first_task + cfg.rollout.tasks_per_step))  # whole groups
     specs = [EpisodeSpec(task, k) for task in tasks for k in range(cfg.rollout.group_size)]
@@ -452,7 +485,7 @@ def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats
     collector = make_collector(run.backend, run.train_envs, env=cfg.env, split="train",
                                sampling=sampling_params(cfg.sampling, sampling_seed), context=cfg.context,
                                skills=run.skill_selector(sampling_seed, sees=run.needs.policy_sees_skills),
-                               consecutive_errors=run.env_error_streak)
+                               consecutive_errors=run.env_error_streak, policy_version=lambda: step)
     path = run.run_dir / "trajectories" / f"step-{step + 1}.jsonl"
     with TrajectoryWriter(path, mode="overwrite") if ranks.is_main else contextlib.nullcontext() as writer:
         played = []
@@ -471,11 +504,15 @@ def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats
             if writer is not None and t.id not in mine:
                 writer.write(t)
     trajectories.sort(key=lambda t: t.id)  # arrival order depends on timing; training must not
+    _check_played(trajectories, path, cfg)
+    return trajectories, stats
+
+
+def _check_played(trajectories: list, path: Path, cfg: TrainConfig) -> None:
     if trajectories and all(t.error and not t.turns for t in trajectories):
-        raise EnvError(f"every episode of step {step + 1} failed before its first turn ({path}); the first one's "
+        raise EnvError(f"every episode of {path.stem} failed before its first turn ({path}); the first one's "
                        f"error: {trajectories[0].error}. Check --env and --env-kwargs (agentkit envs check "
                        f"{cfg.env.id}).")
-    return trajectories, stats
 
 
 def score(run: Run, trajectories: list, step: int):
@@ -499,7 +536,42 @@ def score(run: Run, trajectories: list, step: int):
     if run.reference is not None:
         with torch.no_grad():
             batch = replace(batch, ref_logprobs=policy_logprobs(run.reference, ranks.to_device(batch)).cpu())
+    if run.trainer_old_logprobs and run.demos is None:  # pi_old under the trainer's numerics, corrected
+        old = no_grad_logprobs(run.model, batch, cfg.train.micro_batch_tokens, ranks)
+        batch = off_policy_correction(batch, old, cfg.train.is_correction, cfg.train.is_cap)
+    if run.demos is None:
+        batch = replace(batch, metrics={**batch.metrics, **staleness(trajectories, step)})
     return batch, prepare_s
+
+
+def no_grad_logprobs(model, batch, max_tokens: int, ranks) -> torch.Tensor:
+    """[B, L] the logprobs of ``batch``'s targets under ``model``, without gradients, in chunks of
+    consecutive rows of at most ``max_tokens`` padded tokens (one row at least)."""
+    out = torch.zeros_like(batch.old_logprobs)
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    start = 0
+    with torch.no_grad():
+        while start < batch.num_rows:
+            end = start + 1
+            while end < batch.num_rows and max(lengths[start:end + 1]) * (end + 1 - start) <= max_tokens:
+                end += 1
+            chunk = batch.rows(range(start, end))
+            values = policy_logprobs(model, ranks.to_device(chunk)).float().cpu()
+            out[start:end, : values.shape[1]] = values
+            start = end
+    return out
+
+
+def staleness(trajectories: list, step: int) -> dict[str, float]:
+    """How many policy versions behind the trainer (``step`` updates made) each turn was sampled:
+    ``staleness_mean``, ``staleness_max`` and the share of turns at each value (``staleness_0``, ...);
+    turns sampled by weights newer than the trainer's (a resumed async run trains on episodes its
+    lost steps' weights played) count as 0."""
+    lags = [max(0, step - turn.policy_version) for t in trajectories for turn in t.turns if turn.policy_version is not None]
+    if not lags:
+        return {}
+    shares = {f"staleness_{lag}": lags.count(lag) / len(lags) for lag in sorted(set(lags))}
+    return {"staleness_mean": sum(lags) / len(lags), "staleness_max": float(max(lags)), **shares}
 
 
 @dataclass
@@ -635,21 +707,28 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
             started = time.perf_counter()
             rng = random.Random(f"{cfg.seed}:{step}")
             trajectories, rollout = collect(run, step, rng)
+            collect_s = time.perf_counter() - started
             batch, prepare_s = score(run, trajectories, step)
             if cfg.backend.kind == "vllm" and cfg.backend.sleep:
                 run.backend.sleep(level=1)  # give the accelerator's memory to the update
             run.policy.train()
+            update_started = time.perf_counter()
             updated = update(run.model, run.optimizer, run.objective, batch, train=cfg.train, ranks=ranks, rng=rng,
                              needs_support=run.needs.needs_support, bad_streak=run.bad_update_streak, step=step)
+            update_s = time.perf_counter() - update_started
             run.bad_update_streak = updated.bad_streak
             run.policy.eval()
-            sync_error = sync(run, batch)
+            if run.generator is not None:  # the new weights to the generator, between its turns
+                sync_error = {"publish_s": run.generator.publish(run.policy, step + 1), "trainer_wait_s": rollout.wall_s,
+                              **generator_stats(run.run_dir, step)}
+            else:
+                sync_error = sync(run, batch)
             record = {"step": step + 1, "loss": sum(updated.losses) / len(updated.losses) if updated.losses else float("nan"),
                       **_summary(rollout), "tokens": batch.num_response_tokens,
                       "grad_norm": sum(updated.grad_norms) / max(1, len(updated.grad_norms)),
                       "skipped_updates": updated.skipped, "lr": cfg.train.lr, "step_s": 0.0,
                       "data": "demonstrations" if run.demos is not None else "rollouts",
-                      "prepare_s": prepare_s, **batch.metrics, **sync_error, **updated.objective_metrics}
+                      "collect_s": collect_s, "update_s": update_s, "prepare_s": prepare_s, **batch.metrics, **sync_error, **updated.objective_metrics}
             last = step + 1 == cfg.train.steps
             if ranks.is_main and (last or (cfg.eval.every and (step + 1) % cfg.eval.every == 0)):
                 stats = evaluate(run.backend, cfg, run.eval_envs, cfg.eval.episodes,

@@ -61,7 +61,33 @@ class TrainSection(Settings):
     micro_batch_tokens: int = Field(16384, gt=0, description="Padded tokens per forward/backward micro-batch.")
     demos: str | None = Field(None, description="Demonstrations JSONL (agentkit demos) for objectives that train on them.")
     demos_per_step: int = Field(16, gt=0, description="Demonstration episodes per step.")
+    old_logprobs: Literal["auto", "trainer", "sampler"] = Field(
+        "auto", description="pi_old of the policy-gradient ratio. trainer: one no-gradient forward of the trained model per "
+        "batch recomputes it under the trainer's numerics; the sampler's logprobs stay in the trajectories and "
+        "train.is_correction corrects for the difference (mismatch_kl and the is_ratio tails go to metrics.jsonl). "
+        "sampler: the logprobs recorded at sampling. auto: trainer when the sampler is not the trained module itself "
+        "(--backend vllm, --async), else sampler.")
+    is_correction: Literal["none", "truncate", "mask"] = Field(
+        "truncate", description="Importance correction for the sampler/trainer mismatch when pi_old comes from the trainer: "
+        "each token's loss times r = pi_old/pi_sampler, truncated at train.is_cap (truncate), or r with the tokens whose r "
+        "is outside [1/cap, cap] left out of the loss (mask); none measures the mismatch without correcting it.")
+    is_cap: float = Field(2.0, gt=1, description="The cap of the importance ratio (train.is_correction).")
     max_bad_updates: int = Field(3, ge=0, json_schema_extra=RUNTIME, description="Stop the run after this many optimizer updates in a row had a NaN/inf loss or gradient (each is skipped, and counted as skipped_updates in metrics.jsonl). 0 = never stop.")
+
+
+class AsyncSection(Settings):
+    enabled: bool = Field(False, json_schema_extra=flag("--async"),
+                          description="Train while rollouts go on: a generator process keeps playing the next steps' "
+                                      "episodes with the weights it has while the trainer updates; weights reach it "
+                                      "after every update, between turns. Off: rollout and update take turns.")
+    max_staleness: int = Field(1, ge=0, json_schema_extra=flag("--max-staleness"),
+                               description="Async: the most policy versions an episode may start behind the trainer "
+                                           "(step k's episodes start once the trainer has made k - max_staleness "
+                                           "updates; later turns may use newer weights). 0 = no overlap.")
+    generator_threads: int = Field(0, ge=0, json_schema_extra=RUNTIME,
+                                   description="Async: torch threads of the generator process (0 = half the cores).")
+    trainer_threads: int = Field(0, ge=0, json_schema_extra=RUNTIME,
+                                 description="Async: torch threads of the trainer (0 = the cores the generator leaves).")
 
 
 class EvalSection(Settings):
@@ -96,6 +122,7 @@ class TrainConfig(Settings):
     teacher: TeacherSection = Field(default_factory=TeacherSection)
     skills: SkillSettings = Field(default_factory=SkillSettings)
     train: TrainSection = Field(default_factory=TrainSection)
+    async_rl: AsyncSection = Field(default_factory=AsyncSection)
     log: LogSection = Field(default_factory=LogSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
@@ -128,6 +155,12 @@ class TrainConfig(Settings):
                              "samples from the whole distribution at sampling.temperature (the trainer's logprobs, the "
                              "policy-gradient ratio and the teacher's scores are over the whole vocabulary; a "
                              "truncated sample has no such logprob). Drop --top-p/--top-k (or set 1 and 0).")
+        if self.async_rl.enabled and needs.uses_demonstrations:
+            raise ValueError(f"--async overlaps rollouts with updates; objective {self.objective.name!r} trains on "
+                             "demonstrations and plays no rollouts. Drop --async.")
+        if self.async_rl.enabled and self.backend.kind != "hf":
+            raise ValueError("--async runs its generator on the transformers backend for now (its own process, weights "
+                             "through shared memory); --backend vllm trains synchronously. Drop one of them.")
         if self.train.minibatches > self.rollout.tasks_per_step * self.rollout.group_size:
             raise ValueError("train.minibatches is larger than the number of episodes per step.")
         return self

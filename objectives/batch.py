@@ -30,6 +30,10 @@ class TokenBatch:
         episode_index: [B] which trajectory each row came from (rows of one episode in window mode).
         turn_index: [B, L] turn number of each target token (-1 outside responses).
         ref_logprobs: [B, L] a frozen reference's logprobs, when the objective asks for them.
+        behaviour_logprobs: [B, L] the sampler's own logprobs (the engine's, as recorded in the
+            trajectories) when ``old_logprobs`` were recomputed by the trainer (``with_trainer_old_logprobs``).
+        is_weights: [B, L] importance weights pi_old / pi_behaviour (truncated or masked) that every
+            policy-gradient term is multiplied by; None = 1 (the sampler is the trained policy).
         teacher_logprobs: [B, L] the teacher's logprob of each sampled token (distillation objectives).
         teacher_top1: [B, L] the teacher's top-1 logprob at each response position.
         teacher_support_ids: [B, L, K] the teacher's top-k ids (None with a full-vocabulary support).
@@ -54,6 +58,8 @@ class TokenBatch:
     episode_index: torch.Tensor
     turn_index: torch.Tensor
     ref_logprobs: torch.Tensor | None = None
+    behaviour_logprobs: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None
     teacher_logprobs: torch.Tensor | None = None
     teacher_top1: torch.Tensor | None = None
     teacher_support_ids: torch.Tensor | None = None

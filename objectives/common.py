@@ -68,11 +68,15 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, clamp: float = 10.
 
 
 def clipped_pg(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-               clip_low: float, clip_high: float, dual_clip: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+               clip_low: float, clip_high: float, dual_clip: float = 0.0,
+               is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token -min(rho A, clip(rho, 1-clip_low, 1+clip_high) A) and whether it was clipped.
 
     With ``dual_clip`` = c > 1 (verl's ``clip_ratio_c``), a negative-advantage token's loss is
     also capped at -c A, so a ratio far above 1 cannot make its loss unbounded (dual-clip PPO).
+    ``is_weights`` ([B, L], ``TokenBatch.is_weights``): each token's loss times its importance
+    weight pi_old / pi_behaviour (decoupled PPO: the ratio is to the trainer's pi_old, the weight
+    corrects for the sampler that drew the token); None = 1.
     """
     ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))  # [B, L]; verl's clamp before exp
     unclipped = ratio * advantages
@@ -83,6 +87,8 @@ def clipped_pg(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: t
         capped = torch.minimum(loss, -dual_clip * advantages)
         was_clipped = was_clipped | ((advantages < 0) & (capped < loss))
         loss = torch.where(advantages < 0, capped, loss)
+    if is_weights is not None:
+        loss = loss * is_weights.detach()
     return loss, was_clipped
 
 
@@ -107,14 +113,67 @@ def teacher_logprobs(batch: TokenBatch, objective: str) -> torch.Tensor:
 
 
 def sampled_reverse_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor,
-                       clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+                       clip_low: float, clip_high: float,
+                       is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """OPD's sampled estimator per token [B, L]: -k_t = -(logS - logT), detached, as the token's
-    advantage in the clipped policy gradient (no dual-clip); and whether each token was clipped."""
+    advantage in the clipped policy gradient (no dual-clip, ``is_weights`` as there); and whether
+    each token was clipped."""
     advantages = -(logprobs.detach() - teacher) * mask  # [B, L]
-    return clipped_pg(logprobs, old_logprobs, advantages, clip_low, clip_high)
+    return clipped_pg(logprobs, old_logprobs, advantages, clip_low, clip_high, is_weights=is_weights)
 
 
 def gap_metrics(gap: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     """Teacher-student gap delta = logT - logS over response tokens."""
     return {"gap_mean": float(masked_mean(gap, mask)),
             "negative_gap_share": float(masked_mean((gap < 0).float(), mask))}
+
+
+IS_CORRECTIONS = ("none", "truncate", "mask")
+
+
+def off_policy_correction(batch: TokenBatch, old_logprobs: torch.Tensor, mode: str,
+                          cap: float) -> TokenBatch:
+    """``batch`` with the trainer's ``old_logprobs`` [B, L] as pi_old, the recorded (sampler's)
+    logprobs kept as ``behaviour_logprobs``, and importance weights r = pi_old / pi_behaviour per
+    response token as ``is_weights``:
+
+        none:      w = 1 (the mismatch is measured, not corrected)
+        truncate:  w = min(r, cap)                                  (truncated IS, TIS)
+        mask:      w = r where 1/cap <= r <= cap; tokens outside are rejected: taken out of
+                   ``response_mask``, so out of every loss term and its normalizer (masked IS)
+
+    The log-ratio is clamped at +-20 before exp. Adds to ``batch.metrics`` the mismatch between
+    sampler and trainer: ``mismatch_kl`` (the k3 estimate of KL(pi_behaviour || pi_old) on the
+    sampled tokens), ``mismatch_logprob_abs`` (mean |log r|), the ratio's tails ``is_ratio_min``,
+    ``is_ratio_p01``, ``is_ratio_p99``, ``is_ratio_max``, and ``is_corrected_share`` (tokens
+    truncated or rejected).
+    """
+    if mode not in IS_CORRECTIONS:
+        raise ValueError(f"unknown importance correction {mode!r}; use one of {', '.join(IS_CORRECTIONS)}")
+    if cap <= 1:
+        raise ValueError(f"the importance-ratio cap must be above 1, got {cap}")
+    mask = batch.response_mask  # [B, L]
+    behaviour = batch.old_logprobs  # [B, L], as sampled
+    log_ratio = torch.clamp(old_logprobs - behaviour, -20.0, 20.0) * mask  # [B, L]
+    ratio = torch.exp(log_ratio)  # [B, L]; 1 off the response
+    kept = mask > 0
+    values = ratio[kept]
+    metrics = {"mismatch_kl": float(masked_mean(torch.exp(log_ratio) - 1 - log_ratio, mask)),
+               "mismatch_logprob_abs": float(masked_mean(log_ratio.abs(), mask))}
+    if values.numel():
+        quantiles = torch.quantile(values.double(), torch.tensor([0.01, 0.99], dtype=torch.float64))
+        metrics.update({"is_ratio_min": float(values.min()), "is_ratio_p01": float(quantiles[0]),
+                        "is_ratio_p99": float(quantiles[1]), "is_ratio_max": float(values.max())})
+    response = mask
+    if mode == "none":
+        weights, corrected = mask.clone(), torch.zeros_like(mask)
+    elif mode == "truncate":
+        weights, corrected = torch.clamp(ratio, max=cap) * mask, (ratio > cap).float() * mask
+    else:
+        inside = ((ratio >= 1 / cap) & (ratio <= cap)).float()
+        corrected = (1 - inside) * mask
+        response = mask * inside
+        weights = ratio * response
+    metrics["is_corrected_share"] = float(masked_mean(corrected, mask))
+    return replace(batch, old_logprobs=old_logprobs * mask, behaviour_logprobs=behaviour, is_weights=weights,
+                   response_mask=response, metrics={**batch.metrics, **metrics})

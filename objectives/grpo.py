@@ -91,7 +91,7 @@ class GRPO:
         cfg = self.config
         mask = batch.response_mask  # [B, L]
         pg, clipped = clipped_pg(logprobs, batch.old_logprobs, batch.advantages, cfg.clip_low, cfg.clip_high,
-                                 cfg.dual_clip)  # [B, L]
+                                 cfg.dual_clip, batch.is_weights)  # [B, L]
         metrics = {"clip_fraction": float(masked_mean(clipped.float(), mask)),
                    "ratio_mean": float(masked_mean(torch.exp(logprobs - batch.old_logprobs).detach(), mask))}
         kl_term = torch.zeros_like(pg)

@@ -54,5 +54,6 @@ class GRPOOPSDRKL(GRPOWithTeacherTerm):
     def teacher_term(self, batch: TokenBatch, logprobs: torch.Tensor,
                      logT: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         cfg, mask = self.config, batch.response_mask  # [B, L]
-        term, _ = sampled_reverse_kl(logprobs, batch.old_logprobs, logT, mask, cfg.clip_low, cfg.clip_high)  # [B, L]
+        term, _ = sampled_reverse_kl(logprobs, batch.old_logprobs, logT, mask, cfg.clip_low, cfg.clip_high,
+                                     batch.is_weights)  # [B, L]
         return term, {"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask))}

@@ -78,7 +78,7 @@ class OPD:
                    "teacher_logprob_mean": float(masked_mean(logT, mask))}
         if cfg.estimator == "sampled":
             per_token, clipped = sampled_reverse_kl(logprobs, batch.old_logprobs, logT, mask, cfg.clip_low,
-                                                    cfg.clip_high)  # [B, L]
+                                                    cfg.clip_high, batch.is_weights)  # [B, L]
             metrics["clip_fraction"] = float(masked_mean(clipped.float(), mask))
         else:
             if support is None or batch.teacher_support_logprobs is None:

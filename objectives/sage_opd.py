@@ -121,7 +121,7 @@ class SAGEOPD:
         cfg, mask = self.config, batch.response_mask  # [B, L]
         logT = teacher_logprobs(batch, "sage_opd")  # [B, L]
         per_token, clipped = sampled_reverse_kl(logprobs, batch.old_logprobs, logT, mask, cfg.clip_low,
-                                                cfg.clip_high)  # [B, L]
+                                                cfg.clip_high, batch.is_weights)  # [B, L]
         loss = aggregate(batch.weights * per_token, batch, "token-mean")
         return loss, {"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask)),
                       "clip_fraction": float(masked_mean(clipped.float(), mask))}

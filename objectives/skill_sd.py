@@ -49,4 +49,5 @@ class SkillSD(GRPOWithTeacherTerm):
                      logT: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.config
         rho, k3 = skill_sd_terms(logprobs, logT, batch.old_logprobs, cfg.max_log_ratio, cfg.max_exponent)
-        return rho * k3, {"distill_k3": float(masked_mean(k3.detach(), batch.response_mask))}
+        weights = 1.0 if batch.is_weights is None else batch.is_weights.detach()  # [B, L] or 1
+        return rho * k3 * weights, {"distill_k3": float(masked_mean(k3.detach(), batch.response_mask))}

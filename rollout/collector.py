@@ -223,6 +223,10 @@ class Collector:
         consecutive_errors: the count to start from (a training loop that builds one collector
             per step carries ``collector.consecutive_errors`` over to the next).
         max_observation_chars: the longest observation an episode may go on with.
+        policy_version: called before each batched generate call (a turn boundary for every
+            episode in it); returns the version of the weights that call samples with, recorded
+            in each of its turns (``Turn.policy_version``). A training loop whose weights reach the
+            sampler from elsewhere (async training) loads the newest ones there. None: not recorded.
 
     What an environment or the model hands back is checked before it is used: a reset or step whose
     answer cannot be played or written (``env_answer_problem``: a NaN reward, ``info=None``, a task
@@ -251,6 +255,7 @@ class Collector:
         max_consecutive_errors: int = default(EnvSettings, "max_errors"),
         consecutive_errors: int = 0,
         max_observation_chars: int = default(EnvSettings, "max_observation_chars"),
+        policy_version: Callable[[], int] | None = None,
     ) -> None:
         if max_consecutive_errors < 0:
             raise ConfigError(f"max_consecutive_errors must be >= 0 (0 = no limit), got {max_consecutive_errors}.")
@@ -268,6 +273,7 @@ class Collector:
         self.max_consecutive_errors = max_consecutive_errors
         self.consecutive_errors = consecutive_errors
         self.max_observation_chars = max_observation_chars
+        self.policy_version = policy_version
         self._vocab_size = len(backend.tokenizer)
         self.context = make_context(context, backend.tokenizer, fmt.instruction if system_prompt is None else system_prompt,
                                     window)
@@ -415,6 +421,7 @@ class Collector:
                     continue
                 batch, ready = ready, []
                 seeds = [turn_seed(params.seed, e.spec.seed, e.spec.sample, len(e.turns)) for e in batch]
+                version = self.policy_version() if self.policy_version is not None else None
                 t0 = time.perf_counter()
                 generations = self.backend.generate([self._prompt(e) for e in batch], params, seeds)
                 last_generate_s = time.perf_counter() - t0
@@ -429,6 +436,7 @@ class Collector:
                     ep.pending_turn = {
                         "response_ids": list(gen.token_ids), "response_logprobs": [float(x) for x in gen.logprobs],
                         "response_text": text, "finish_reason": gen.finish_reason, "generation_s": last_generate_s,
+                        "policy_version": version,
                     }
                     waiting[ep.slot] = ep
                     self.envs.submit(ep.slot, "step", text)

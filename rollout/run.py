@@ -128,13 +128,16 @@ def sampling_params(sampling: GenerationSettings, seed: int) -> SamplingParams:
 
 
 def make_collector(backend, envs, *, env: EnvSettings, split: str, sampling: SamplingParams, context: ContextSettings,
-                   skills=None, max_in_flight: int = 0, consecutive_errors: int = 0) -> Collector:
-    """The one way every command builds a collector from settings."""
+                   skills=None, max_in_flight: int = 0, consecutive_errors: int = 0,
+                   policy_version=None) -> Collector:
+    """The one way every command builds a collector from settings (``policy_version``: the training
+    loop's, see ``Collector``)."""
     prompt = {"system_prompt": context.system_prompt} if context.system_prompt is not None else {}
     return Collector(backend, envs, env_id=env.id, split=split, sampling=sampling, context=context.mode,
                      window=context.window, show_admissible=context.show_admissible, skills=skills,
                      max_in_flight=max_in_flight, max_consecutive_errors=env.max_errors,
-                     consecutive_errors=consecutive_errors, max_observation_chars=env.max_observation_chars, **prompt)
+                     consecutive_errors=consecutive_errors, max_observation_chars=env.max_observation_chars,
+                     policy_version=policy_version, **prompt)
 
 
 def make_backend_from(settings: BackendSettings, model_dir: Path, *, seed: int):

@@ -189,7 +189,7 @@ def _watch_parent(parent_pid: int) -> None:
     os._exit(1)
 
 
-def _die_with_parent(parent_pid: int, parent_death_signal: bool) -> None:
+def die_with_parent(parent_pid: int, parent_death_signal: bool) -> None:
     """Make this worker end when the process that started it ends, ``kill -9`` included (which
     runs none of the parent's cleanup, so ``close`` never comes).
 
@@ -216,11 +216,11 @@ def _worker_main(conn: Connection, make_env: Callable[[], Env], stop=None, paren
     Ctrl-C in a terminal sends SIGINT to the whole process group, workers included: they ignore
     it (from their start, see ``_sigint_ignored``) and leave stopping to the parent, which closes
     them, so an interrupted rollout prints the parent's one line and no worker tracebacks. A
-    parent killed outright takes its workers with it (``_die_with_parent``).
+    parent killed outright takes its workers with it (``die_with_parent``).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent_pid is not None:
-        _die_with_parent(parent_pid, parent_death_signal)
+        die_with_parent(parent_pid, parent_death_signal)
     envs: dict[int, Env] = {}
     while True:
         try:

@@ -465,3 +465,26 @@ def test_sage_opd_ablations_drop_the_confidence_or_z(ablation):
     assert prepared.weights[where].tolist() == pytest.approx(want, rel=1e-5)
     assert prepared.metrics["Z"] == pytest.approx(z, rel=1e-6)
     assert prepared.metrics["confidence_mean"] == pytest.approx(sum(c) / 3, rel=1e-6)  # still recorded
+
+
+IS_W = [[0.0, 1.7, 0.4, 1.0], [0.0, 0.6, 2.0, 0.0]]  # importance weights pi_old / pi_sampler per token
+
+
+def test_importance_weights_scale_each_sampled_token_term_and_not_the_kl():
+    """``batch.is_weights`` (the loop's off-policy correction) multiplies each token's policy-gradient or
+    sampled reverse-KL term; GRPO's KL to the reference is not an expectation over the sampler and stays."""
+    batch = shared_batch(is_weights=torch.tensor(IS_W))
+    w = [IS_W[b][t] for b, t in TOKENS]
+    grpo = []
+    for (b, t), wi in zip(TOKENS, w, strict=True):
+        pg, dpg = ppo_token(LOGS[b][t], LOGOLD[b][t], ADV[b])
+        kl, dkl = k3_token(LOGS[b][t], LOGREF[b][t])
+        grpo.append((wi * pg + 0.01 * kl, wi * dpg + 0.01 * dkl))
+    check(run("grpo", {}, batch), expect(grpo))
+    check(run("opd", {}, batch), expect(opd_tokens(weights=w)))
+    opd = opd_tokens(weights=w, high=0.2)
+    check(run("grpo_opsd_rkl", {"lam": 0.5}, batch),
+          expect([(g + 0.5 * o, dg + 0.5 * do) for (g, dg), (o, do) in zip(grpo, opd, strict=True)]))
+    skill = [(g + 0.3 * wi * (s_sd - g0) / 0.3, dg + 0.3 * wi * (ds_sd - dg0) / 0.3)
+             for (g, dg), wi, (s_sd, ds_sd), (g0, dg0) in zip(grpo, w, skill_sd_tokens(0.3), grpo_tokens(), strict=True)]
+    check(run("skill_sd", {"coef": 0.3}, batch), expect(skill))

@@ -14,7 +14,8 @@ dictionary lookup. Never set it outside tests.
 
 Points in agentkit: ``rollout`` (after a trajectory of the step was written, before the step's
 other episodes end), ``update`` (after a backward, before ``optimizer.step``), ``checkpoint.write``
-(after the model files of a checkpoint, before its optimizer state and marker); and, read with
+(after the model files of a checkpoint, before its optimizer state and marker), ``generator`` (the
+async generator process, after a trajectory of the step was written); and, read with
 ``fault_active``, ``loss.nan`` (the step's losses are multiplied by NaN) and ``grad.inf`` (a finite
 loss, one gradient entry set to inf before clipping).
 """

@@ -56,6 +56,9 @@ class Turn:
             of the observation the turn answered: an expert plan from here, replanned after every
             step where the environment can); None when it gave none (a teacher then shows the
             episode's ``Trajectory.privileged``). Written only when set.
+        policy_version: the version of the weights that sampled this turn (the trainer's updates
+            made when they were sent to the sampler); in async training an episode may go on with
+            newer weights at a turn boundary. None outside training. Written only when set.
     """
 
     observation: str
@@ -74,6 +77,7 @@ class Turn:
     expert_action: str | None = None
     # files without per-turn privileged text stay readable by earlier versions
     privileged: str | None = field(default=None, metadata={OMIT_NONE: True})
+    policy_version: int | None = field(default=None, metadata={OMIT_NONE: True})
 
 
 @dataclass(frozen=True)

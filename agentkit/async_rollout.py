@@ -1,0 +1,237 @@
+"""Async training (``--async``): a generator process plays the coming steps while the trainer updates.
+
+    trainer process                                generator process
+    ---------------                                -----------------
+    wait for trajectories/step-k.jsonl   <------   play step k (same tasks and seeds as sync)
+    score, update -> weights v = k                   once the trainer has made k - K updates
+    publish v into shared memory        ------->   before every generate call (a turn boundary):
+                                                     load the newest weights, record v per turn
+
+The generator holds its own copy of the policy. The trainer publishes its weights after every
+update into tensors in shared memory (``torch.multiprocessing``) and bumps a version counter; the
+generator copies them in between turns, so an episode in flight may go on with newer weights and
+each ``Turn.policy_version`` says which weights sampled it. Admission control bounds staleness
+without discarding work: step k's episodes start only once the trainer has made at least
+k - ``max_staleness`` updates, so no episode starts more than ``max_staleness`` versions behind
+the weights it is trained with, however long it runs. Environments keep stepping in their worker
+processes (``env.workers``) or Ray actors throughout.
+
+Every step's episodes go to ``trajectories/step-N.jsonl.part`` as they end and the file is renamed
+``step-N.jsonl`` when the step is whole: that is the buffer, on disk. After a crash, ``--resume``
+keeps every whole step file past the checkpoint and trains on it as it is (the steps after the
+checkpoint are replayed on exactly the episodes they had), and the generator finishes a ``.part``
+file's missing episodes only. So no episode is dropped and none is trained on twice by the
+weights that survive.
+
+The trainer recomputes pi_old with its own forward (``train.old_logprobs``), so the ratio is
+taken under the trainer's numerics and the generator's logprobs are corrected for by importance
+weights (``train.is_correction``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from agentkit.core.errors import ConfigError, EnvError
+from agentkit.core.faults import fault_point
+from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
+from agentkit.rollout.workers import die_with_parent
+
+POLL_S = 0.005
+
+
+def step_file(run_dir: Path, step: int) -> Path:
+    """The trajectories of (0-based) ``step``: ``trajectories/step-{step + 1}.jsonl``."""
+    return run_dir / "trajectories" / f"step-{step + 1}.jsonl"
+
+
+def default_threads(given: int, other: int) -> int:
+    """``given`` torch threads, or (0) half the cores, or the cores ``other`` leaves."""
+    cores = os.cpu_count() or 1
+    if given:
+        return given
+    return max(1, cores - other) if other else max(1, cores // 2)
+
+
+class Generator:
+    """The trainer's handle on the generator process.
+
+    Args:
+        cfg: the run's ``TrainConfig``.
+        run_dir: the run folder (the generator writes ``trajectories/`` there).
+        model_dir: the weights the generator starts from (the base model or the resumed checkpoint).
+        policy: the trained module; its state is copied into shared memory here and by ``publish``.
+        version: the trainer's updates so far (the first step's index).
+    """
+
+    def __init__(self, cfg, run_dir: Path, model_dir: Path, policy: torch.nn.Module, version: int) -> None:
+        context = mp.get_context("spawn")
+        self.run_dir = run_dir
+        self.weights = {name: t.detach().clone().share_memory_() for name, t in policy.state_dict().items()}
+        self.version = context.Value("q", version)
+        self.lock = context.Lock()
+        self.errors = context.Queue()
+        self.stop = context.Event()
+        threads = default_threads(cfg.async_rl.generator_threads, 0)
+        # the generator dies with this process (kill -9 included), as environment workers do: a
+        # resumed run must never find the old generator still writing its trajectories
+        self.process = context.Process(
+            target=_generator_main, name="agentkit-generator", daemon=True,
+            args=(cfg.model_dump_json(), str(run_dir), str(model_dir), version, self.weights, self.version,
+                  self.lock, self.errors, self.stop, threads, os.getpid(),
+                  threading.current_thread() is threading.main_thread()))
+        self.process.start()
+
+    def publish(self, policy: torch.nn.Module, version: int) -> float:
+        """Copy ``policy``'s weights into shared memory as ``version``; returns the seconds it took."""
+        started = time.perf_counter()
+        with self.lock, torch.no_grad():
+            for name, tensor in policy.state_dict().items():
+                self.weights[name].copy_(tensor)
+            self.version.value = version
+        return time.perf_counter() - started
+
+    def wait_for(self, step: int) -> tuple[Path, float]:
+        """The whole trajectory file of ``step`` once the generator has written it, and the seconds
+        the trainer waited for it. Raises the generator's own error if it stopped."""
+        path, started = step_file(self.run_dir, step), time.perf_counter()
+        while not path.exists():
+            self._raise_if_stopped()
+            time.sleep(POLL_S)
+        return path, time.perf_counter() - started
+
+    def _raise_if_stopped(self) -> None:
+        try:
+            kind, message = self.errors.get_nowait()
+        except queue.Empty:
+            if self.process.is_alive():
+                return
+            kind, message = "RuntimeError", (f"the generator process exited (code {self.process.exitcode}) before "
+                                             "writing the next step's trajectories; see its output above")
+        errors = {"EnvError": EnvError, "ConfigError": ConfigError}
+        raise errors.get(kind, RuntimeError)(f"async generator: {message}")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+def generator_stats(run_dir: Path, step: int) -> dict[str, float]:
+    """What the generator measured while playing ``step`` (``generator_*`` metrics)."""
+    path = run_dir / "trajectories" / f"step-{step + 1}.generator.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _generator_main(cfg_json: str, run_dir: str, model_dir: str, first_step: int, weights: dict[str, torch.Tensor],
+                    version, lock, errors, stop, threads: int, parent_pid: int, parent_death_signal: bool) -> None:
+    """The generator process: play every step from ``first_step`` on, each once the trainer is
+    close enough, loading the newest published weights before every generate call."""
+    die_with_parent(parent_pid, parent_death_signal)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops this process
+    try:
+        _play(cfg_json, Path(run_dir), Path(model_dir), first_step, weights, version, lock, stop, threads)
+    except (EnvError, ConfigError) as err:
+        errors.put((type(err).__name__, str(err)))
+    except BaseException as err:  # the trainer raises it, with the traceback
+        errors.put(("RuntimeError", f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+
+
+def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weights, version, lock, stop,
+          threads: int) -> None:
+    from agentkit.rollout import EpisodeSpec
+    from agentkit.rollout.hf_backend import HFBackend, load_causal_lm, load_tokenizer
+    from agentkit.rollout.run import make_collector, make_envs, sampling_params
+    from agentkit.train_config import TrainConfig
+
+    torch.set_num_threads(threads)
+    cfg = TrainConfig.model_validate_json(cfg_json)
+    tokenizer, model = load_tokenizer(model_dir), load_causal_lm(model_dir)
+    model.eval()
+    loaded = -1
+
+    def newest_weights() -> int:
+        """Called before each generate call: copy in the newest weights if there are newer ones."""
+        nonlocal loaded
+        if version.value != loaded:
+            with lock, torch.no_grad():
+                model.load_state_dict(weights)
+                loaded = version.value
+        return loaded
+
+    from agentkit.models import ensure_default_model, resolve_model_dir
+
+    name = str(resolve_model_dir(cfg.model) if cfg.model else ensure_default_model())
+    backend = HFBackend(model, tokenizer, seed=cfg.seed, name=name)
+    envs = make_envs(cfg.env, "train")
+    errors_in_a_row = 0
+    try:
+        for step in range(first_step, cfg.train.steps):
+            path = step_file(run_dir, step)
+            if path.exists():  # whole from before a crash: trained on as it is
+                continue
+            waited = time.perf_counter()
+            while version.value < step - cfg.async_rl.max_staleness:  # admission control
+                if stop.is_set():
+                    return
+                time.sleep(POLL_S)
+            waited = time.perf_counter() - waited
+            part = path.with_name(path.name + ".part")
+            done = {t.id for t in read_complete_lines(part)[0]} if part.exists() else set()
+            first_task = step * cfg.rollout.tasks_per_step
+            specs = [EpisodeSpec(task, k) for task in range(first_task, first_task + cfg.rollout.tasks_per_step)
+                     for k in range(cfg.rollout.group_size)]
+            sampling_seed = cfg.seed * 1_000_003 + step
+            collector = make_collector(backend, envs, env=cfg.env, split="train",
+                                       sampling=sampling_params(cfg.sampling, sampling_seed), context=cfg.context,
+                                       skills=_skill_selector(cfg, run_dir, sampling_seed),
+                                       consecutive_errors=errors_in_a_row, policy_version=newest_weights)
+            group = f"{cfg.env.id}|train|"
+            todo = [s for s in specs if f"{group}{s.seed}|{s.sample}" not in done]
+            started = time.perf_counter()
+            with TrajectoryWriter(part, mode="append") as writer:
+
+                def keep(trajectory, writer=writer, step=step) -> None:
+                    writer.write(trajectory)
+                    fault_point("generator", step + 1)  # tests: the generator killed mid-step
+
+                stats = collector.run(todo, keep)
+            errors_in_a_row = collector.consecutive_errors
+            (run_dir / "trajectories" / f"step-{step + 1}.generator.json").write_text(json.dumps(
+                {"generator_wait_s": waited, "generator_play_s": time.perf_counter() - started,
+                 "generator_generate_s": stats.generate_s, "rollout_tokens_per_s": stats.tokens_per_s}))
+            os.replace(part, path)
+            if stop.is_set():
+                return
+    finally:
+        envs.close()
+
+
+def _skill_selector(cfg, run_dir: Path, seed: int) -> Any:
+    """The skills each episode sees, from the run's bank as the trainer last saved it (None when the
+    objective retrieves none)."""
+    from agentkit.objectives import make_objective
+
+    needs = make_objective(cfg.objective.name, cfg.objective.args).requirements()
+    if not (needs.uses_skills or cfg.skills.bank):
+        return None
+    from agentkit.skillbank import SkillBank, SkillSelector, make_retriever
+    from agentkit.train import load_skill_bank
+
+    saved = run_dir / "skillbank.yaml"
+    bank = SkillBank.load(saved) if saved.exists() else load_skill_bank(cfg, run_dir, None)
+    return SkillSelector(bank, make_retriever(cfg.skills.retrieval, cfg.skills.args), cfg.skills.k,
+                         env_id=cfg.env.id, seed=seed, show_policy=needs.policy_sees_skills)

@@ -349,3 +349,23 @@ def test_train_with_the_vllm_backend_syncs_weights_after_every_update(small_mode
     before = load_file(str(small_model / "model.safetensors"))
     after = load_file(str(tmp_path / "sft" / "checkpoints" / "step-2" / "model.safetensors"))
     assert max(float((before[k] - after[k]).abs().max()) for k in before) > 1e-3
+
+
+def test_a_bf16_engine_mismatch_is_measured_and_corrected(small_model, tmp_path):
+    """The engine samples in bfloat16, the trainer computes in float32: with pi_old from the trainer
+    (train.old_logprobs auto = trainer with vLLM) the mismatch is logged every step (mismatch_kl, the
+    importance ratio's tails) and the first update's ratio starts at 1; with the engine's logprobs as
+    pi_old (sampler) the same mismatch leaks into every ratio. A float32 engine measures next to nothing."""
+    bf16 = "backend.args=" + json.dumps({"dtype": "bfloat16", "kv_cache_gib": 0.25, "enforce_eager": True,
+                                         "max_model_len": 2048})
+    exact = _train(small_model, tmp_path / "fp32", "grpo")
+    corrected = _train(small_model, tmp_path / "bf16", "grpo", "--set", bf16)
+    leaked = _train(small_model, tmp_path / "bf16-sampler", "grpo", "--set", bf16, "--set", "train.old_logprobs=sampler")
+    fp32_kl = max(m["mismatch_kl"] for m in exact)
+    assert fp32_kl < 1e-5, exact
+    for m in corrected:
+        assert m["mismatch_kl"] > 10 * max(fp32_kl, 1e-8), m
+        assert m["is_ratio_max"] > 1 > m["is_ratio_min"] and "is_corrected_share" in m
+        assert abs(m["ratio_mean"] - 1) < 1e-4, m  # the ratio is to the trainer's own pi_old
+    assert "mismatch_kl" not in leaked[0]
+    assert abs(leaked[0]["ratio_mean"] - 1) > 10 * abs(corrected[0]["ratio_mean"] - 1), (leaked[0], corrected[0])

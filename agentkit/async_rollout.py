@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shlex
 import signal
 import threading
 import time
@@ -43,7 +44,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from agentkit.core.errors import ConfigError, EnvError
+from agentkit.core.errors import ConfigError, EnvError, GeneratorError
 from agentkit.core.faults import fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
 from agentkit.rollout.workers import die_with_parent
@@ -107,24 +108,28 @@ class Generator:
         the trainer waited for it. Raises the generator's own error if it stopped."""
         path, started = step_file(self.run_dir, step), time.perf_counter()
         while not path.exists():
-            self._raise_if_stopped()
+            self._raise_if_stopped(step)
             time.sleep(POLL_S)
         return path, time.perf_counter() - started
 
-    def _raise_if_stopped(self) -> None:
+    def _raise_if_stopped(self, step: int) -> None:
         try:
             kind, message = self.errors.get_nowait()
         except queue.Empty:
             if self.process.is_alive():
                 return
-            kind, message = "RuntimeError", (f"the generator process exited (code {self.process.exitcode}) before "
-                                             "writing the next step's trajectories; see its output above")
-        errors = {"EnvError": EnvError, "ConfigError": ConfigError}
-        raise errors.get(kind, RuntimeError)(f"async generator: {message}")
+            kind, message = "died", f"the generator process exited (code {self.process.exitcode})"
+        if kind in ("EnvError", "ConfigError"):  # the environment's or the settings' own one-line error
+            raise {"EnvError": EnvError, "ConfigError": ConfigError}[kind](f"async generator: {message}")
+        raise GeneratorError(f"async generator: {message} before step {step + 1}'s trajectories were whole (its "
+                             f"episodes so far are kept). Continue the run with: agentkit train --out "
+                             f"{shlex.quote(str(self.run_dir))} --resume")
 
     def close(self) -> None:
+        """Stop the generator: at once if it is waiting for admission, else killed after a second (a
+        step it was playing stays in its ``.part`` file, a line torn by the kill set aside on resume)."""
         self.stop.set()
-        self.process.join(timeout=10)
+        self.process.join(timeout=1)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
@@ -146,8 +151,9 @@ def _generator_main(cfg_json: str, run_dir: str, model_dir: str, first_step: int
         _play(cfg_json, Path(run_dir), Path(model_dir), first_step, weights, version, lock, stop, threads)
     except (EnvError, ConfigError) as err:
         errors.put((type(err).__name__, str(err)))
-    except BaseException as err:  # the trainer raises it, with the traceback
-        errors.put(("RuntimeError", f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+    except BaseException as err:  # its traceback here, one line from the trainer
+        traceback.print_exc()
+        errors.put((type(err).__name__, f"{type(err).__name__}: {err}"))
 
 
 def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weights, version, lock, stop,
@@ -163,6 +169,16 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
     model.eval()
     loaded = -1
 
+    from agentkit.models import ensure_default_model, resolve_model_dir
+
+    name = str(resolve_model_dir(cfg.model) if cfg.model else ensure_default_model())
+    if cfg.backend.kind == "vllm":  # an engine of this process's own, fed from the local copy
+        from agentkit.rollout.vllm_backend import VLLMBackend
+
+        backend = VLLMBackend(model_dir, tokenizer, seed=cfg.seed, name=name, **cfg.backend.args)
+    else:
+        backend = HFBackend(model, tokenizer, seed=cfg.seed, name=name)
+
     def newest_weights() -> int:
         """Called before each generate call: copy in the newest weights if there are newer ones."""
         nonlocal loaded
@@ -170,12 +186,10 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
             with lock, torch.no_grad():
                 model.load_state_dict(weights)
                 loaded = version.value
+            if backend.syncs_weights:  # vLLM: from the local copy into the engine
+                backend.sync_weights(model)
         return loaded
 
-    from agentkit.models import ensure_default_model, resolve_model_dir
-
-    name = str(resolve_model_dir(cfg.model) if cfg.model else ensure_default_model())
-    backend = HFBackend(model, tokenizer, seed=cfg.seed, name=name)
     envs = make_envs(cfg.env, "train")
     errors_in_a_row = 0
     try:

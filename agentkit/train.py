@@ -1,17 +1,19 @@
 """The training loop: one explicit loop, read top to bottom, each phase a function of this file.
 
     setup, then for step:
-        collect     rollouts (or this step's demonstrations)
+        collect     rollouts (or this step's demonstrations; async: the step file the generator
+                    process wrote, ``agentkit.async_rollout``)
         score       the teacher and the judge (no gradients), the skills' credit for UCB,
                     objective.prepare -> token batch, reference logprobs
         update      minibatch updates with a token budget per micro-batch
-        sync        weights to the generation backend
+        sync        weights to the generation backend (async: published to the generator)
         evaluate    periodic greedy evaluation
         checkpoint  atomic checkpoint of weights, optimizer, RNG and loop state
 
 Every random choice is a function of (seed, step): the tasks of a step, each episode's sampling
 seeds, the minibatch order. So a run resumed from its step-N checkpoint continues exactly as the
-uninterrupted run would have.
+uninterrupted run would have. Async runs (``--async``) depend on timing too (which weights sampled
+which turn); resumed, they train on the step files their generator had written, as written.
 
 Several processes (``pip install 'agentkit[distributed]'``): ``torchrun --nproc_per_node N -m
 agentkit.cli train ...`` or ``accelerate launch [--config_file CFG] -m agentkit.cli train ...`` run this
@@ -422,7 +424,7 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
             if ranks.is_main:  # the main process writes the run's files
                 _truncate_jsonl(run_dir / name, first_step)
     model, optimizer, sampler = ranks.prepare(policy, optimizer)
-    if cfg.backend.kind == "vllm":  # an engine of its own: weights synced after every update
+    if cfg.backend.kind == "vllm" and not cfg.async_rl.enabled:  # an engine of its own: weights synced after every update
         from agentkit.rollout.vllm_backend import VLLMBackend
 
         backend = VLLMBackend(start, tokenizer, seed=cfg.seed, name=str(base_model), **cfg.backend.args)
@@ -635,9 +637,12 @@ def update(model, optimizer, objective, batch, *, train: TrainSection, ranks, rn
     return stats
 
 
-def sync(run: Run, batch) -> dict[str, float]:
+def sync(run: Run, batch, step: int) -> dict[str, float]:
     """The updated weights to the generation backend (shared with the HF backend already, but for
-    FSDP's sampling copy; vLLM loads them and the probe measures how far its logprobs moved)."""
+    FSDP's sampling copy; vLLM loads them and the probe measures how far its logprobs moved), or
+    (async) published to the generator, which loads them between its turns."""
+    if run.generator is not None:
+        return {"publish_s": run.generator.publish(run.policy, step + 1), **generator_stats(run.run_dir, step)}
     run.ranks.sync_weights(run.model, run.sampler)
     if run.cfg.backend.kind == "vllm" and run.cfg.backend.sleep:
         run.backend.wake_up()
@@ -709,7 +714,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
             trajectories, rollout = collect(run, step, rng)
             collect_s = time.perf_counter() - started
             batch, prepare_s = score(run, trajectories, step)
-            if cfg.backend.kind == "vllm" and cfg.backend.sleep:
+            if cfg.backend.kind == "vllm" and cfg.backend.sleep and run.generator is None:
                 run.backend.sleep(level=1)  # give the accelerator's memory to the update
             run.policy.train()
             update_started = time.perf_counter()
@@ -718,17 +723,15 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
             update_s = time.perf_counter() - update_started
             run.bad_update_streak = updated.bad_streak
             run.policy.eval()
-            if run.generator is not None:  # the new weights to the generator, between its turns
-                sync_error = {"publish_s": run.generator.publish(run.policy, step + 1), "trainer_wait_s": rollout.wall_s,
-                              **generator_stats(run.run_dir, step)}
-            else:
-                sync_error = sync(run, batch)
+            synced = sync(run, batch, step)
+            if run.generator is not None:
+                synced["trainer_wait_s"] = rollout.wall_s  # the trainer's wait for this step's episodes
             record = {"step": step + 1, "loss": sum(updated.losses) / len(updated.losses) if updated.losses else float("nan"),
                       **_summary(rollout), "tokens": batch.num_response_tokens,
                       "grad_norm": sum(updated.grad_norms) / max(1, len(updated.grad_norms)),
                       "skipped_updates": updated.skipped, "lr": cfg.train.lr, "step_s": 0.0,
                       "data": "demonstrations" if run.demos is not None else "rollouts",
-                      "collect_s": collect_s, "update_s": update_s, "prepare_s": prepare_s, **batch.metrics, **sync_error, **updated.objective_metrics}
+                      "collect_s": collect_s, "update_s": update_s, "prepare_s": prepare_s, **batch.metrics, **synced, **updated.objective_metrics}
             last = step + 1 == cfg.train.steps
             if ranks.is_main and (last or (cfg.eval.every and (step + 1) % cfg.eval.every == 0)):
                 stats = evaluate(run.backend, cfg, run.eval_envs, cfg.eval.episodes,

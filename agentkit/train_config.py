@@ -158,9 +158,6 @@ class TrainConfig(Settings):
         if self.async_rl.enabled and needs.uses_demonstrations:
             raise ValueError(f"--async overlaps rollouts with updates; objective {self.objective.name!r} trains on "
                              "demonstrations and plays no rollouts. Drop --async.")
-        if self.async_rl.enabled and self.backend.kind != "hf":
-            raise ValueError("--async runs its generator on the transformers backend for now (its own process, weights "
-                             "through shared memory); --backend vllm trains synchronously. Drop one of them.")
         if self.train.minibatches > self.rollout.tasks_per_step * self.rollout.group_size:
             raise ValueError("train.minibatches is larger than the number of episodes per step.")
         return self

@@ -52,6 +52,10 @@ class OutputExistsError(AgentkitError, FileExistsError):
     """An output file exists and neither --append nor --overwrite was given."""
 
 
+class GeneratorError(AgentkitError):
+    """The async generator process stopped (it died, or raised); the run can be resumed."""
+
+
 class TrainingDivergedError(AgentkitError, ArithmeticError):
     """Training produced NaN/inf losses or gradients in too many updates in a row."""
 

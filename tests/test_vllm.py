@@ -369,3 +369,17 @@ def test_a_bf16_engine_mismatch_is_measured_and_corrected(small_model, tmp_path)
         assert abs(m["ratio_mean"] - 1) < 1e-4, m  # the ratio is to the trainer's own pi_old
     assert "mismatch_kl" not in leaked[0]
     assert abs(leaked[0]["ratio_mean"] - 1) > 10 * abs(corrected[0]["ratio_mean"] - 1), (leaked[0], corrected[0])
+
+
+def test_async_training_with_a_vllm_generator(small_model, tmp_path):
+    """--async --backend vllm: the generator process runs its own engine and loads every published
+    update into it between turns; pi_old comes from the trainer and the staleness is logged."""
+    metrics = _train(small_model, tmp_path / "async", "grpo", "--async", "--set", "async_rl.max_staleness=1",
+                     "--steps", "3")
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert all(m["mismatch_kl"] < 1e-4 and "generator_play_s" in m for m in metrics), metrics
+    from agentkit.core.jsonl import read_trajectories
+
+    versions = {turn.policy_version for step in (1, 2, 3)
+                for t in read_trajectories(tmp_path / "async" / "trajectories" / f"step-{step}.jsonl") for turn in t.turns}
+    assert versions <= {0, 1, 2} and max(versions) >= 1, versions  # later steps sampled by updated weights

@@ -478,7 +478,7 @@ def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats
         stats = RolloutStats(wall_s=waited)
         for t in trajectories:
             stats.add(t)
-        _check_played(trajectories, path, cfg)
+        _check_played(trajectories, path, cfg, step)
         return trajectories, stats
     first_task = step * cfg.rollout.tasks_per_step
     tasks = ranks.shard(range(first_task, first_task + cfg.rollout.tasks_per_step))  # whole groups
@@ -506,13 +506,13 @@ def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats
             if writer is not None and t.id not in mine:
                 writer.write(t)
     trajectories.sort(key=lambda t: t.id)  # arrival order depends on timing; training must not
-    _check_played(trajectories, path, cfg)
+    _check_played(trajectories, path, cfg, step)
     return trajectories, stats
 
 
-def _check_played(trajectories: list, path: Path, cfg: TrainConfig) -> None:
+def _check_played(trajectories: list, path: Path, cfg: TrainConfig, step: int) -> None:
     if trajectories and all(t.error and not t.turns for t in trajectories):
-        raise EnvError(f"every episode of {path.stem} failed before its first turn ({path}); the first one's "
+        raise EnvError(f"every episode of step {step + 1} failed before its first turn ({path}); the first one's "
                        f"error: {trajectories[0].error}. Check --env and --env-kwargs (agentkit envs check "
                        f"{cfg.env.id}).")
 

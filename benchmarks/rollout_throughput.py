@@ -1,11 +1,16 @@
 """Collector tokens/s versus the raw backend's batched generate, same model, batches and lengths.
 
 One run measures both: the collector plays B episodes at once (one batched generate per turn)
-while a recording wrapper keeps every prompt batch it sent to the backend; then the same batches
-are replayed straight into ``backend.generate`` with the same sampler seed, so both sides generate
-exactly the same tokens. ratio = collector tokens/s / raw tokens/s. The rest of the collector's
-time is split into environment reset and stepping, tokenization (chat template, encode, decode:
-timed through a tokenizer proxy), writing the JSONL, and the remaining bookkeeping (turn and
+while a recording wrapper keeps every (prompt, seed) it sent to the backend; then the same work is
+replayed straight into ``backend.generate``, so both sides generate exactly the same tokens. The
+replay groups the recorded prompts by turn, every episode's turn t in one batch, in episode order:
+the batches an ideal collector sends. In process that is exactly what the collector sent; with
+environment workers episodes come back in timing-dependent order and the collector may split a
+turn over several calls, which the ratio then counts against it (a split batch is lost throughput).
+Every round must repeat the first round's work (the same prompts and seeds: each row samples from
+its own seed), however it was batched. ratio = collector tokens/s / raw tokens/s. The rest of the
+collector's time is split into environment reset and stepping, tokenization (chat template, encode,
+decode: timed through a tokenizer proxy), writing the JSONL, and the remaining bookkeeping (turn and
 trajectory assembly, the event loop). ``--profile N`` also prints the collector run's N costliest
 functions by own time (cProfile; it slows the run, so its ratio is not comparable).
 
@@ -26,6 +31,7 @@ import json
 import os
 import platform
 import pstats
+import statistics
 import tempfile
 import time
 from datetime import date
@@ -43,6 +49,9 @@ class TimedTokenizer:
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+    def __len__(self) -> int:  # special methods bypass __getattr__
+        return len(self._inner)
 
     def _timed(self, method, *args, **kwargs):
         start = time.perf_counter()
@@ -67,11 +76,27 @@ class RecordingBackend:
     def __init__(self, inner):
         self.inner = inner
         self.tokenizer, self.name, self.max_context = TimedTokenizer(inner.tokenizer), inner.name, inner.max_context
-        self.batches: list[list[list[int]]] = []
+        self.batches: list[tuple[list[list[int]], list[int] | None]] = []
 
     def generate(self, prompts, params, seeds=None):
         self.batches.append(([list(p) for p in prompts], list(seeds) if seeds is not None else None))
         return self.inner.generate(prompts, params, seeds)
+
+
+def by_turn(batches, turn_of: dict[int, tuple[int, int]]) -> list[tuple[list[list[int]], list[int]]]:
+    """The recorded (prompt, seed) rows regrouped one batch per turn, in episode order.
+
+    ``turn_of`` maps each row seed to its (turn, episode index). The result depends only on which
+    rows were sent, not on how the collector happened to batch or order them.
+    """
+    rows = sorted((turn_of[seed], prompt, seed) for prompts, seeds in batches for prompt, seed in zip(prompts, seeds, strict=True))
+    grouped: list[tuple[list[list[int]], list[int]]] = []
+    for (turn, _), prompt, seed in rows:
+        if turn >= len(grouped):
+            grouped.extend(([], []) for _ in range(turn + 1 - len(grouped)))
+        grouped[turn][0].append(prompt)
+        grouped[turn][1].append(seed)
+    return [batch for batch in grouped if batch[0]]
 
 
 def load_backend(kind: str, model_dir: Path, seed: int, vllm_args: dict):
@@ -95,7 +120,7 @@ def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, c
             env_kwargs: dict, env_workers: int = 0, profile_top: int = 0, rounds: int = 1) -> dict:
     from agentkit.envs import ActionParser, make
     from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
-    from agentkit.rollout.collector import RolloutStats
+    from agentkit.rollout.collector import RolloutStats, turn_seed
     from agentkit.rollout.workers import InProcessEnvs, WorkerPool
 
     from agentkit.core.jsonl import TrajectoryWriter
@@ -114,6 +139,9 @@ def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, c
     backend.generate([[1, 2, 3]], params)  # warm up kernels
 
     recorder = RecordingBackend(backend)
+    specs = [EpisodeSpec(seed + t) for t in range(batch)]
+    turn_of = {turn_seed(params.seed, spec.seed, spec.sample, turn): (turn, index)
+               for index, spec in enumerate(specs) for turn in range(turns)}
 
     def collect(profiler: cProfile.Profile | None) -> tuple[RolloutStats, float, float]:
         """One collector run: its stats, tokenizer seconds and writer seconds."""
@@ -139,7 +167,7 @@ def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, c
         with tempfile.TemporaryDirectory() as tmp, TrajectoryWriter(Path(tmp) / "t.jsonl") as writer:
             if profiler is not None:
                 profiler.enable()
-            stats = collector.run([EpisodeSpec(seed + t) for t in range(batch)], write)
+            stats = collector.run(specs, write)
             if profiler is not None:
                 profiler.disable()
         collector.close()
@@ -152,21 +180,25 @@ def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, c
             tokens += sum(len(g.token_ids) for g in backend.generate(prompts, params, seeds))
         return tokens, time.perf_counter() - start
 
-    # rounds alternate which side goes first (after the first, which records the batches), so a
-    # change in the machine's load between the two sides evens out; the figures are sums over rounds
+    # rounds alternate which side goes first (after the first, which records the work), so a change
+    # in the machine's load between the two sides evens out; the figures are sums over rounds
     profiler = cProfile.Profile() if profile_top else None
     stats, tokenizing_s, write_s, raw_tokens, raw_s, round_ratios = RolloutStats(), 0.0, 0.0, 0, 0.0, []
-    batches = None
+    work = None  # the first round's rows, one batch per turn: what every round replays
+    generate_calls, as_sent = [], True
     for round_ in range(rounds):
         if round_ % 2:
-            tokens, seconds = replay(batches)
+            tokens, seconds = replay(work)
             run_stats, tok_s, wr_s = collect(profiler)
         else:
             run_stats, tok_s, wr_s = collect(profiler)
-            batches = batches or list(recorder.batches)
-            tokens, seconds = replay(batches)
-        if recorder.batches != batches:
-            raise RuntimeError("the collector sent different batches in two rounds; the comparison needs identical work")
+            work = work or by_turn(recorder.batches, turn_of)
+            tokens, seconds = replay(work)
+        if by_turn(recorder.batches, turn_of) != work:
+            raise RuntimeError("the collector sent different prompts or seeds in two rounds (not just a different "
+                               "batching); the comparison needs identical work")
+        as_sent = as_sent and [(list(p), list(s)) for p, s in recorder.batches] == work
+        generate_calls.append(len(recorder.batches))
         assert tokens == run_stats.generated_tokens, (tokens, run_stats.generated_tokens)
         round_ratios.append(round((run_stats.generated_tokens / run_stats.wall_s) / (tokens / seconds), 3))
         raw_tokens, raw_s, tokenizing_s, write_s = raw_tokens + tokens, raw_s + seconds, tokenizing_s + tok_s, write_s + wr_s
@@ -183,12 +215,16 @@ def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, c
     other_s = stats.wall_s - stats.generate_s - stats.env_s - stats.reset_s - tokenizing_s - write_s
     return {
         "backend": type(backend).__name__, "env": env_id, "env_workers": env_workers, "batch": batch, "turns": turns, "max_new_tokens": max_new_tokens, "context": context,
-        "rounds": rounds, "round_ratios": round_ratios,
-        "tokens": raw_tokens, "generate_calls": len(recorder.batches),
+        "rounds": rounds, "round_ratios": round_ratios, "round_ratio_median": statistics.median(round_ratios),
+        "tokens": raw_tokens,
+        # the collector's calls per round, and the replay's (one per turn); the batches were
+        # exactly the replay's in every round (always so in process) when batches_as_replayed
+        "generate_calls": generate_calls, "raw_generate_calls": len(work), "batches_as_replayed": as_sent,
         "collector_tokens_per_s": round(collector_tps, 1), "raw_tokens_per_s": round(raw_tps, 1),
         "ratio": round(collector_tps / raw_tps, 3),
         "ratio_without_env_time": round(stats.generated_tokens / (stats.wall_s - stats.env_s - stats.reset_s) / raw_tps, 3),
-        # the same generate calls timed on both sides: far from 1 means the machine's load drifted
+        # the same generate calls timed on both sides when batches_as_replayed: far from 1 means the
+        # machine's load drifted; otherwise it also holds the cost of the collector's split batches
         "raw_s_over_collector_generate_s": round(raw_s / stats.generate_s, 3),
         "share_generate": round(stats.generate_s / stats.wall_s, 3),
         "share_env_step": round(stats.env_s / stats.wall_s, 3),

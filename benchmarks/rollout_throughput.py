@@ -211,7 +211,9 @@ def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, c
 
     collector_tps = stats.generated_tokens / stats.wall_s
     raw_tps = raw_tokens / raw_s
-    # with env workers, env time overlaps generation: the remainder is then a lower bound
+    # with env workers the env shares are the workers' time summed over episodes, which overlaps
+    # generation and each other: wall time without it, and the remainder, then mean nothing (None)
+    in_process = not env_workers
     other_s = stats.wall_s - stats.generate_s - stats.env_s - stats.reset_s - tokenizing_s - write_s
     return {
         "backend": type(backend).__name__, "env": env_id, "env_workers": env_workers, "batch": batch, "turns": turns, "max_new_tokens": max_new_tokens, "context": context,
@@ -222,7 +224,8 @@ def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, c
         "generate_calls": generate_calls, "raw_generate_calls": len(work), "batches_as_replayed": as_sent,
         "collector_tokens_per_s": round(collector_tps, 1), "raw_tokens_per_s": round(raw_tps, 1),
         "ratio": round(collector_tps / raw_tps, 3),
-        "ratio_without_env_time": round(stats.generated_tokens / (stats.wall_s - stats.env_s - stats.reset_s) / raw_tps, 3),
+        "ratio_without_env_time": round(stats.generated_tokens / (stats.wall_s - stats.env_s - stats.reset_s) / raw_tps, 3)
+        if in_process else None,
         # the same generate calls timed on both sides when batches_as_replayed: far from 1 means the
         # machine's load drifted; otherwise it also holds the cost of the collector's split batches
         "raw_s_over_collector_generate_s": round(raw_s / stats.generate_s, 3),
@@ -231,7 +234,7 @@ def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, c
         "share_env_reset": round(stats.reset_s / stats.wall_s, 3),
         "share_tokenize": round(tokenizing_s / stats.wall_s, 3),
         "share_write": round(write_s / stats.wall_s, 3),
-        "share_bookkeeping": round(other_s / stats.wall_s, 3),
+        "share_bookkeeping": round(other_s / stats.wall_s, 3) if in_process else None,
         "profiled": bool(profile_top),
         "generation_idle_share": round(stats.generation_idle_s / stats.wall_s, 3),
     }

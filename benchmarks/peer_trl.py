@@ -1,6 +1,6 @@
 """Peer benchmark: the same single-turn GRPO workload in agentkit and in TRL's ``GRPOTrainer``.
 
-    python benchmarks/peer_trl.py --rounds 3 --steps 5 --warmup 1
+    flock /tmp/agentkit-bench.lock python benchmarks/peer_trl.py --rounds 5 --steps 8 --warmup 1
 
 agentkit runs through ``agentkit.train.train`` itself (the real loop: Collector -> HFBackend ->
 GRPO.prepare -> AdamW), on a one-turn environment registered here (``peer/prompts-v0``: the
@@ -13,12 +13,21 @@ Both sides: the default tiny model, fp32, CPU, one process; ``--prompts-per-step
 ``--max-completion`` tokens (stopping at the end-of-turn token); no KL (beta 0); one pass and one
 optimizer step per batch (TRL: num_iterations 1, gradient accumulation 1); token-mean loss
 (TRL's ``dapo``); group-std normalized advantages; gradient clipping at 1; AdamW (``adamw_torch``).
-Each side runs in its own subprocess, the two alternating round by round, so machine noise hits
-both; the figures are medians over rounds of (samples or generated tokens) / wall time of the
-timed steps, after ``--warmup`` untimed steps. agentkit's sampling stops at ``</action>`` by default
-(its agent action format); the script turns that off so both sides stop only at the end-of-turn
-token or the length limit. agentkit's loop runs one extra final step that is
-not timed (it evaluates and checkpoints at the last step). Skips (exit 0) when trl is missing.
+
+TRL runs in two configurations (``TRL_CONFIGS``): ``defaults``, TRL's ``GRPOConfig`` as shipped for
+everything the workload does not fix (it turns gradient checkpointing on), and ``expert``, the same
+with gradient checkpointing off, as one would set it for a model this small (recomputing the
+activations saves memory nobody is short of and costs a second forward pass).
+
+Each side runs in its own subprocess, the three taking turns (the order rotates every round), so
+machine noise hits all; before each run the script waits (``--quiet-wait``) for free cores, and it
+reports the share of the CPUs other processes took meanwhile. The figures are medians over rounds
+of (samples or generated tokens) / wall time of the timed steps, after ``--warmup`` untimed steps.
+agentkit's sampling stops at ``</action>`` by default (its agent action format); the script turns
+that off so both sides stop only at the end-of-turn token or the length limit. agentkit's loop runs
+one extra final step that is not timed (it evaluates and checkpoints at the last step). Skips
+(exit 0) when trl is missing. ``benchmarks/peer_trl_multiturn.py`` reuses the TRL configurations,
+the clocks and the summary here.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,6 +45,9 @@ import time
 from pathlib import Path
 
 ENV_ID = "peer/prompts-v0"
+# TRL's two configurations: its GRPOConfig defaults, and what an expert changes for a tiny model on a CPU
+TRL_CONFIGS: dict[str, dict] = {"defaults": {}, "expert": {"gradient_checkpointing": False}}
+SIDES = ("agentkit", *(f"trl-{name}" for name in TRL_CONFIGS))
 TOPICS = ["the sea", "a red door", "winter", "a lost key", "bread", "the moon", "a small dog", "rain",
           "a library", "trains", "a garden", "coffee", "a mountain", "the wind", "a candle", "music",
           "a bridge", "snow", "an old map", "the river", "a clock", "apples", "a lighthouse", "stars",
@@ -72,11 +86,49 @@ class PromptEnv:
         pass
 
 
+class AgentkitClock:
+    """Times agentkit's loop from inside: when each ``Collector.run`` (a step's rollout) starts, and
+    each ``HFBackend.generate`` call's seconds and prompt lengths (patched on the classes)."""
+
+    def __init__(self) -> None:
+        from agentkit.rollout.collector import Collector
+        from agentkit.rollout.hf_backend import HFBackend
+
+        self.run_starts: list[tuple[float, float]] = []  # (wall, process CPU) when each Collector.run starts
+        self.calls: list[list[tuple[float, list[int]]]] = []  # per Collector.run: (generate seconds, prompt lengths)
+        original_run, original_generate = Collector.run, HFBackend.generate
+        clock = self
+
+        def timed_run(self, *a, **k):
+            clock.calls.append([])
+            clock.run_starts.append((time.perf_counter(), time.process_time()))
+            return original_run(self, *a, **k)
+
+        def timed_generate(self, prompts, params, seeds=None):
+            start = time.perf_counter()
+            out = original_generate(self, prompts, params, seeds)
+            clock.calls[-1].append((time.perf_counter() - start, [len(p) for p in prompts]))
+            return out
+
+        Collector.run, HFBackend.generate = timed_run, timed_generate
+
+    def result(self, run_dir: Path, warmup: int, steps: int) -> dict:
+        """The timed steps (after ``warmup``): a step starts with its rollout, so they run from rollout
+        ``warmup`` to rollout ``warmup + steps`` (the final step, which also evaluates, is not timed)."""
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        timed = range(warmup, warmup + steps)
+        first, last = self.run_starts[warmup], self.run_starts[warmup + steps]
+        return {"wall_s": last[0] - first[0], "cpu_s": last[1] - first[1], "window": (first[0], last[0]),
+                "tokens": sum(r["tokens"] for r in records[warmup: warmup + steps]),
+                "generate_s": sum(seconds for i in timed for seconds, _ in self.calls[i]),
+                "generate_calls": sum(len(self.calls[i]) for i in timed),
+                # the first call of a rollout prompts every episode's first turn
+                "prompt_tokens_mean": statistics.mean(n for i in timed for n in self.calls[i][0][1])}
+
+
 def run_agentkit(args, model_dir: Path, work: Path) -> dict:
     import torch
     from agentkit.envs import ACTION_TAG, ActionFormat, registry
-    from agentkit.rollout.collector import Collector
-    from agentkit.rollout.hf_backend import HFBackend
 
     from agentkit.train import train
     from agentkit.train_config import TrainConfig
@@ -85,24 +137,7 @@ def run_agentkit(args, model_dir: Path, work: Path) -> dict:
     # the <action> format's system prompt without its stop strings (TRL stops only at the end of the sequence)
     registry.register(ENV_ID, PromptEnv, action_format=ActionFormat(ACTION_TAG.instruction), overwrite=True,
                       prompts=args.prompts)
-    runs: list[list[float]] = []  # per Collector.run call: generate seconds
-    run_starts: list[tuple[float, float]] = []  # (wall, process CPU) when each Collector.run starts
-    prompt_lengths: list[int] = []
-    original_run, original_generate = Collector.run, HFBackend.generate
-
-    def timed_run(self, *a, **k):
-        runs.append([])
-        run_starts.append((time.perf_counter(), time.process_time()))
-        return original_run(self, *a, **k)
-
-    def timed_generate(self, prompts, params, seeds=None):
-        start = time.perf_counter()
-        out = original_generate(self, prompts, params, seeds)
-        runs[-1].append(time.perf_counter() - start)
-        prompt_lengths.extend(len(p) for p in prompts)
-        return out
-
-    Collector.run, HFBackend.generate = timed_run, timed_generate
+    clock = AgentkitClock()
     total_steps = args.warmup + args.steps + 1  # the last step also evaluates and checkpoints: not timed
     cfg = TrainConfig.model_validate({
         "model": str(model_dir), "out": str(work / "agentkit-run"), "seed": args.seed,
@@ -115,75 +150,140 @@ def run_agentkit(args, model_dir: Path, work: Path) -> dict:
         "eval": {"every": 0, "episodes": 1},
         "checkpoint": {"every": 0, "keep": 1},
     })
-    run_dir = train(cfg, show_progress=False).run_dir
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    timed = records[args.warmup: args.warmup + args.steps]
-    # a step starts with its rollout: timed steps run from rollout W to rollout W + steps (not the final evaluation)
-    first, last = run_starts[args.warmup], run_starts[args.warmup + args.steps]
-    return {"wall_s": last[0] - first[0], "cpu_s": last[1] - first[1], "tokens": sum(r["tokens"] for r in timed),
-            "generate_s": sum(sum(runs[i]) for i in range(args.warmup, args.warmup + args.steps)),
-            "generate_calls": sum(len(runs[i]) for i in range(args.warmup, args.warmup + args.steps)),
-            "prompt_tokens_mean": statistics.mean(prompt_lengths)}
+    return clock.result(train(cfg, show_progress=False).run_dir, args.warmup, args.steps)
 
 
-def run_trl(args, model_dir: Path, work: Path) -> dict:
+def trl_grpo_config(*, out: Path, config: str, seed: int, steps: int, samples: int, group_size: int,
+                    max_completion: int, **extra):
+    """The GRPOConfig both peers give TRL: the workload's settings, then ``TRL_CONFIGS[config]``."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(out), use_cpu=True, bf16=False, fp16=False, seed=seed,
+        max_steps=steps, per_device_train_batch_size=samples, gradient_accumulation_steps=1,
+        num_generations=group_size, num_iterations=1, beta=0.0, epsilon=0.2, loss_type="dapo",
+        scale_rewards="group", max_completion_length=max_completion, temperature=1.0, top_p=1.0, top_k=0,
+        use_vllm=False, learning_rate=1e-5, weight_decay=0.0, max_grad_norm=1.0, optim="adamw_torch",
+        lr_scheduler_type="constant", logging_steps=10_000, report_to="none", save_strategy="no",
+        eval_strategy="no", disable_tqdm=True, log_completions=False, dataloader_num_workers=0,
+        **TRL_CONFIGS[config], **extra,
+    )
+
+
+class TrlClock:
+    """Times TRL's trainer from inside: (wall, process CPU) at train begin and at every step's end
+    (a callback), and each ``GRPOTrainer._generate_single_turn`` call's step, seconds, generated
+    tokens and prompt lengths (patched on the class; the multi-turn tool loop calls it once per turn)."""
+
+    def __init__(self) -> None:
+        from transformers import TrainerCallback
+        from trl import GRPOTrainer
+
+        self.step_ends: list[tuple[float, float]] = []
+        self.calls: list[tuple[int, float, int, list[int]]] = []
+        original = GRPOTrainer._generate_single_turn
+        clock = self
+
+        def timed_generate(self, prompt_ids, *a, **k):
+            start = time.perf_counter()
+            completion_ids, logprobs = original(self, prompt_ids, *a, **k)
+            clock.calls.append((len(clock.step_ends) - 1, time.perf_counter() - start,
+                                sum(len(ids) for ids in completion_ids), [len(p) for p in prompt_ids]))
+            return completion_ids, logprobs
+
+        GRPOTrainer._generate_single_turn = timed_generate
+
+        class Clock(TrainerCallback):
+            def on_train_begin(self, *a, **k):
+                clock.step_ends.append((time.perf_counter(), time.process_time()))
+
+            def on_step_end(self, *a, **k):
+                clock.step_ends.append((time.perf_counter(), time.process_time()))
+
+        self.callback = Clock()
+
+    def result(self, warmup: int, steps: int) -> dict:
+        """Steps ``warmup`` to ``warmup + steps``; ``step_ends[i]`` is the end of step i (0: train begin)."""
+        first, last = warmup, warmup + steps
+        timed = [c for c in self.calls if first <= c[0] < last]
+        first_calls = [next(c for c in timed if c[0] == step) for step in range(first, last)]
+        return {"wall_s": self.step_ends[last][0] - self.step_ends[first][0],
+                "cpu_s": self.step_ends[last][1] - self.step_ends[first][1],
+                "window": (self.step_ends[first][0], self.step_ends[last][0]),
+                "tokens": sum(c[2] for c in timed), "generate_s": sum(c[1] for c in timed), "generate_calls": len(timed),
+                "prompt_tokens_mean": statistics.mean(n for c in first_calls for n in c[3])}
+
+
+def run_trl(args, model_dir: Path, work: Path, config: str) -> dict:
     import torch
     import trl
     from agentkit.rollout.context import DEFAULT_SYSTEM_PROMPT
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
 
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     dataset = Dataset.from_list([{"prompt": [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
                                              {"role": "user", "content": text}]} for text in prompt_texts(args.prompts)])
-    step_ends: list[tuple[float, float]] = []  # (wall, process CPU)
-    generate_s: list[float] = []
-    tokens: list[int] = []
-    prompt_lengths: list[int] = []
 
-    def reward(completions, completion_ids=None, **kwargs) -> list[float]:
-        tokens.append(sum(len(ids) for ids in completion_ids))
+    def reward(completions, **kwargs) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return [text_reward(t) for t in texts]
 
-    class Clock(TrainerCallback):
-        def on_train_begin(self, *a, **k):
-            step_ends.append((time.perf_counter(), time.process_time()))
-
-        def on_step_end(self, *a, **k):
-            step_ends.append((time.perf_counter(), time.process_time()))
-
-    original = GRPOTrainer._generate_single_turn
-
-    def timed_generate(self, prompt_ids, *a, **k):
-        start = time.perf_counter()
-        out = original(self, prompt_ids, *a, **k)
-        generate_s.append(time.perf_counter() - start)
-        prompt_lengths.extend(len(p) for p in prompt_ids)
-        return out
-
-    GRPOTrainer._generate_single_turn = timed_generate
-    samples = args.prompts_per_step * args.group_size
-    config = GRPOConfig(
-        output_dir=str(work / "trl-run"), use_cpu=True, bf16=False, fp16=False, seed=args.seed,
-        max_steps=args.warmup + args.steps, per_device_train_batch_size=samples, gradient_accumulation_steps=1,
-        num_generations=args.group_size, num_iterations=1, beta=0.0, epsilon=0.2, loss_type="dapo",
-        scale_rewards="group", max_completion_length=args.max_completion, temperature=1.0, top_p=1.0, top_k=0,
-        use_vllm=False, learning_rate=1e-5, weight_decay=0.0, max_grad_norm=1.0, optim="adamw_torch",
-        lr_scheduler_type="constant", logging_steps=10_000, report_to="none", save_strategy="no",
-        eval_strategy="no", disable_tqdm=True, log_completions=False, dataloader_num_workers=0,
-    )
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[Clock()])
+    clock = TrlClock()
+    config_args = trl_grpo_config(out=work / "trl-run", config=config, seed=args.seed,
+                                  steps=args.warmup + args.steps, samples=args.prompts_per_step * args.group_size,
+                                  group_size=args.group_size, max_completion=args.max_completion)
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config_args, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[clock.callback])
     trainer.train()
-    first, last = args.warmup, args.warmup + args.steps  # step_ends[i]: end of step i (0: train begin)
-    return {"wall_s": step_ends[last][0] - step_ends[first][0], "cpu_s": step_ends[last][1] - step_ends[first][1],
-            "tokens": sum(tokens[first:last]),
-            "generate_s": sum(generate_s[first:last]), "generate_calls": len(generate_s[first:last]),
-            "prompt_tokens_mean": statistics.mean(prompt_lengths), "trl_version": trl.__version__}
+    return clock.result(args.warmup, args.steps) | {"trl_version": trl.__version__,
+                                                    "gradient_checkpointing": config_args.gradient_checkpointing}
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (``/proc/stat``; 0 where there is none)."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    except OSError:
+        return 0.0
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+
+def wait_for_cores(cores: int, max_wait_s: float, window_s: float = 2.0) -> float:
+    """Wait (up to ``max_wait_s``) until other processes leave ``cores`` CPUs free: on a shared 2-core
+    machine one other busy process slows two-thread torch several-fold. The busy share seen last."""
+    cpus = os.cpu_count() or 1
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        before = machine_busy_s()
+        time.sleep(window_s)
+        share = (machine_busy_s() - before) / (window_s * cpus)
+        if share < 1 - min(cores, cpus) / cpus + 0.1 or time.monotonic() > deadline:
+            return share
+
+
+def run_side(script: str, forwarded: list[str], side: str, out: Path, quiet_wait_s: float = 0.0,
+             threads: int = 2) -> dict:
+    """One side's run in its own subprocess (``--side``), after waiting up to ``quiet_wait_s`` for
+    ``threads`` free CPUs; its result, with ``foreign_cpu_share``: the share of the machine's CPU
+    time that other processes took while it ran (0 on a quiet machine)."""
+    if quiet_wait_s > 0:
+        wait_for_cores(threads, quiet_wait_s)
+    busy, ours, start = machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    subprocess.run([sys.executable, script, *forwarded, "--side", side, "--json", str(out)], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    foreign = machine_busy_s() - busy - (after.ru_utime + after.ru_stime - ours.ru_utime - ours.ru_stime)
+    wall = time.perf_counter() - start
+    return json.loads(out.read_text()) | {"foreign_cpu_share": max(0.0, foreign) / (wall * (os.cpu_count() or 1))}
+
+
+def rotated(sides: tuple[str, ...], round_index: int) -> list[str]:
+    """The sides in the order of this round: each goes first in turn."""
+    shift = round_index % len(sides)
+    return [*sides[shift:], *sides[:shift]]
 
 
 def summarize(side: str, results: list[dict], samples_per_step: int, steps: int) -> dict:
@@ -194,6 +294,7 @@ def summarize(side: str, results: list[dict], samples_per_step: int, steps: int)
         "per_round": per_round, "step_s": statistics.median(r["wall_s"] / steps for r in results),
         "generate_step_s": statistics.median(r["generate_s"] / steps for r in results),
         "prompt_tokens_mean": results[0]["prompt_tokens_mean"],
+        "foreign_cpu_share_max": max(r.get("foreign_cpu_share", 0.0) for r in results),
         "tokens_per_sample": statistics.mean(r["tokens"] / (samples_per_step * steps) for r in results)}
 
 
@@ -208,7 +309,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="Alternating runs of each side.")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on each side.")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--side", choices=["agentkit", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--quiet-wait", type=float, default=60.0,
+                        help="Before each run, wait up to this many seconds for other processes to leave --threads "
+                             "CPUs free.")
+    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -220,39 +324,42 @@ def main() -> int:
     model_dir = ensure_default_model()
     if args.side is not None:  # one run, in this subprocess
         with tempfile.TemporaryDirectory() as tmp:
-            run = run_agentkit if args.side == "agentkit" else run_trl
-            Path(args.json).write_text(json.dumps(run(args, model_dir, Path(tmp))))
+            if args.side == "agentkit":
+                result = run_agentkit(args, model_dir, Path(tmp))
+            else:
+                result = run_trl(args, model_dir, Path(tmp), args.side.removeprefix("trl-"))
+            Path(args.json).write_text(json.dumps(result))
         return 0
 
     forwarded = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("side", "json", "rounds")]
-    results: dict[str, list[dict]] = {"agentkit": [], "trl": []}
+    results: dict[str, list[dict]] = {side: [] for side in SIDES}
     with tempfile.TemporaryDirectory() as tmp:
         for round_index in range(args.rounds):
-            order = ["agentkit", "trl"] if round_index % 2 == 0 else ["trl", "agentkit"]
-            for side in order:
-                out = Path(tmp) / f"{side}-{round_index}.json"
-                subprocess.run([sys.executable, __file__, *forwarded, "--side", side, "--json", str(out)], check=True)
-                results[side].append(json.loads(out.read_text()))
+            for side in rotated(SIDES, round_index):
+                results[side].append(run_side(__file__, forwarded, side, Path(tmp) / f"{side}-{round_index}.json",
+                                              args.quiet_wait, args.threads))
                 print(f"round {round_index + 1} {side}: {results[side][-1]}", flush=True)
     samples_per_step = args.prompts_per_step * args.group_size
     summary = {side: summarize(side, rs, samples_per_step, args.steps) for side, rs in results.items()}
-    ours, theirs = summary["agentkit"], summary["trl"]
-    ratios = [a["samples_per_s"] / t["samples_per_s"] for a, t in zip(ours["per_round"], theirs["per_round"], strict=True)]
-    print(json.dumps({"trl_version": results["trl"][0]["trl_version"], "summary": summary, "ratio_per_round": ratios},
-                     indent=1))
-    cpu_ratios = [t["cpu_s_per_sample"] / a["cpu_s_per_sample"]
-                  for a, t in zip(ours["per_round"], theirs["per_round"], strict=True)]
+    ours = summary["agentkit"]
+    print(json.dumps({"trl_version": results["trl-defaults"][0]["trl_version"], "summary": summary}, indent=1))
     print("\n| toolkit | samples/s | generated tok/s | step s | generation s/step | generation share | "
-          "CPU s/sample | tokens/sample |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "CPU s/sample | tokens/sample | other processes' CPU (max) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for side, s in summary.items():
         print(f"| {side} | {s['samples_per_s']:.1f} | {s['tokens_per_s']:.0f} | {s['step_s']:.3f} | "
               f"{s['generate_step_s']:.3f} | {s['generate_share']:.0%} | {s['cpu_s_per_sample']:.3f} | "
-              f"{s['tokens_per_sample']:.1f} |")
-    print(f"\nagentkit / TRL samples/s: median {statistics.median(ratios):.2f}x "
-          f"(per round: {', '.join(f'{r:.2f}' for r in ratios)}); target >= 1.5x")
-    print(f"TRL / agentkit CPU seconds per sample: median {statistics.median(cpu_ratios):.2f}x "
-          f"(per round: {', '.join(f'{r:.2f}' for r in cpu_ratios)})")
+              f"{s['tokens_per_sample']:.1f} | {s['foreign_cpu_share_max']:.0%} |")
+    print()
+    for side in SIDES[1:]:
+        theirs = summary[side]
+        ratios = [a["samples_per_s"] / t["samples_per_s"]
+                  for a, t in zip(ours["per_round"], theirs["per_round"], strict=True)]
+        cpu_ratios = [t["cpu_s_per_sample"] / a["cpu_s_per_sample"]
+                      for a, t in zip(ours["per_round"], theirs["per_round"], strict=True)]
+        print(f"agentkit / {side} samples/s: median {statistics.median(ratios):.2f}x "
+              f"(per round: {', '.join(f'{r:.2f}' for r in ratios)}); target >= 1.5x; "
+              f"{side} / agentkit CPU s per sample: median {statistics.median(cpu_ratios):.2f}x")
     return 0
 
 

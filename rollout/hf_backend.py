@@ -196,7 +196,7 @@ class HFBackend:
             if isinstance(sampler, list) else None  # [B, T]
         for step in range(params.max_new_tokens):
             out = self.model(input_ids=step_ids, attention_mask=attention, position_ids=step_pos,
-                             past_key_values=cache, use_cache=True)
+                             past_key_values=cache, use_cache=True, logits_to_keep=1)
             cache = out.past_key_values
             logits = out.logits[:, -1, :]  # [B, V]
             next_tokens, next_logprobs = sample_logprobs(logits, params, sampler, None if uniforms is None else uniforms[:, step])

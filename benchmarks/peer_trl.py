@@ -280,6 +280,18 @@ def run_side(script: str, forwarded: list[str], side: str, out: Path, quiet_wait
     return json.loads(out.read_text()) | {"foreign_cpu_share": max(0.0, foreign) / (wall * (os.cpu_count() or 1))}
 
 
+def run_this_side(args, run_agentkit, run_trl, model_dir: Path, *extra) -> int:
+    """``--side``'s run (``run_agentkit(args, model_dir, work, *extra)`` or ``run_trl(args, model_dir,
+    work, *extra, config)``) in a scratch folder; its result to ``--json``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.side == "agentkit":
+            result = run_agentkit(args, model_dir, Path(tmp), *extra)
+        else:
+            result = run_trl(args, model_dir, Path(tmp), *extra, args.side.removeprefix("trl-"))
+        Path(args.json).write_text(json.dumps(result))
+    return 0
+
+
 def rotated(sides: tuple[str, ...], round_index: int) -> list[str]:
     """The sides in the order of this round: each goes first in turn."""
     shift = round_index % len(sides)
@@ -298,15 +310,11 @@ def summarize(side: str, results: list[dict], samples_per_step: int, steps: int)
         "tokens_per_sample": statistics.mean(r["tokens"] / (samples_per_step * steps) for r in results)}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=32, help="Fixed prompts (the task set).")
-    parser.add_argument("--prompts-per-step", type=int, default=4, help="Prompts per optimizer step.")
-    parser.add_argument("--group-size", type=int, default=8, help="Samples per prompt (GRPO group).")
-    parser.add_argument("--max-completion", type=int, default=32, help="Most generated tokens per sample.")
-    parser.add_argument("--steps", type=int, default=5, help="Timed optimizer steps.")
+def add_run_arguments(parser: argparse.ArgumentParser, *, steps: int, rounds: int) -> None:
+    """The timing settings both peers share, and the hidden ones of a side's own subprocess."""
+    parser.add_argument("--steps", type=int, default=steps, help="Timed optimizer steps.")
     parser.add_argument("--warmup", type=int, default=1, help="Untimed optimizer steps first.")
-    parser.add_argument("--rounds", type=int, default=3, help="Alternating runs of each side.")
+    parser.add_argument("--rounds", type=int, default=rounds, help="Runs of each side (the order rotates every round).")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on each side.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet-wait", type=float, default=60.0,
@@ -314,6 +322,15 @@ def main() -> int:
                              "CPUs free.")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=32, help="Fixed prompts (the task set).")
+    parser.add_argument("--prompts-per-step", type=int, default=4, help="Prompts per optimizer step.")
+    parser.add_argument("--group-size", type=int, default=8, help="Samples per prompt (GRPO group).")
+    parser.add_argument("--max-completion", type=int, default=32, help="Most generated tokens per sample.")
+    add_run_arguments(parser, steps=5, rounds=3)
     args = parser.parse_args()
 
     if importlib.util.find_spec("trl") is None:
@@ -323,13 +340,7 @@ def main() -> int:
 
     model_dir = ensure_default_model()
     if args.side is not None:  # one run, in this subprocess
-        with tempfile.TemporaryDirectory() as tmp:
-            if args.side == "agentkit":
-                result = run_agentkit(args, model_dir, Path(tmp))
-            else:
-                result = run_trl(args, model_dir, Path(tmp), args.side.removeprefix("trl-"))
-            Path(args.json).write_text(json.dumps(result))
-        return 0
+        return run_this_side(args, run_agentkit, run_trl, model_dir)
 
     forwarded = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("side", "json", "rounds")]
     results: dict[str, list[dict]] = {side: [] for side in SIDES}

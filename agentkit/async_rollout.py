@@ -47,6 +47,7 @@ import torch.multiprocessing as mp
 from agentkit.core.errors import ConfigError, EnvError, GeneratorError
 from agentkit.core.faults import fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
+from agentkit.lora import trainable_state
 from agentkit.rollout.workers import die_with_parent
 
 POLL_S = 0.005
@@ -79,7 +80,8 @@ class Generator:
     def __init__(self, cfg, run_dir: Path, model_dir: Path, policy: torch.nn.Module, version: int) -> None:
         context = mp.get_context("spawn")
         self.run_dir = run_dir
-        self.weights = {name: t.detach().clone().share_memory_() for name, t in policy.state_dict().items()}
+        # what an update changes (a LoRA policy's adapter alone), in shared memory
+        self.weights = {name: t.detach().clone().share_memory_() for name, t in trainable_state(policy).items()}
         self.version = context.Value("q", version)
         self.lock = context.Lock()
         self.errors = context.Queue()
@@ -98,7 +100,7 @@ class Generator:
         """Copy ``policy``'s weights into shared memory as ``version``; returns the seconds it took."""
         started = time.perf_counter()
         with self.lock, torch.no_grad():
-            for name, tensor in policy.state_dict().items():
+            for name, tensor in trainable_state(policy).items():
                 self.weights[name].copy_(tensor)
             self.version.value = version
         return time.perf_counter() - started
@@ -159,13 +161,14 @@ def _generator_main(cfg_json: str, run_dir: str, model_dir: str, first_step: int
 def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weights, version, lock, stop,
           threads: int) -> None:
     from agentkit.rollout import EpisodeSpec
-    from agentkit.rollout.hf_backend import HFBackend, load_causal_lm, load_tokenizer
+    from agentkit.rollout.hf_backend import HFBackend, load_tokenizer
     from agentkit.rollout.run import make_collector, make_envs, sampling_params
+    from agentkit.train import engine_model, engine_sync, load_policy
     from agentkit.train_config import TrainConfig
 
     torch.set_num_threads(threads)
     cfg = TrainConfig.model_validate_json(cfg_json)
-    tokenizer, model = load_tokenizer(model_dir), load_causal_lm(model_dir)
+    tokenizer, model = load_tokenizer(model_dir), load_policy(model_dir, cfg.train, resumed=first_step > 0)
     model.eval()
     loaded = -1
 
@@ -175,7 +178,8 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
     if cfg.backend.kind == "vllm":  # an engine of this process's own, fed from the local copy
         from agentkit.rollout.vllm_backend import VLLMBackend
 
-        backend = VLLMBackend(model_dir, tokenizer, seed=cfg.seed, name=name, **cfg.backend.args)
+        backend = VLLMBackend(engine_model(model_dir, cfg.train, resumed=first_step > 0), tokenizer, seed=cfg.seed,
+                              name=name, lora_rank=cfg.train.lora.rank, **cfg.backend.args)
     else:
         backend = HFBackend(model, tokenizer, seed=cfg.seed, name=name)
 
@@ -184,10 +188,10 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
         nonlocal loaded
         if version.value != loaded:
             with lock, torch.no_grad():
-                model.load_state_dict(weights)
+                model.load_state_dict(weights, strict=not cfg.train.lora.rank)  # LoRA: the adapter's tensors
                 loaded = version.value
             if backend.syncs_weights:  # vLLM: from the local copy into the engine
-                backend.sync_weights(model)
+                engine_sync(backend, model, cfg.train)
         return loaded
 
     envs = make_envs(cfg.env, "train")

@@ -30,9 +30,10 @@ from safetensors.torch import load_file, save_file
 
 from agentkit.core.errors import ConfigError, DiskFullError, disk_full, human_bytes, no_space
 from agentkit.core.faults import fault_point
+from agentkit.core.model_files import WEIGHT_FILES
 
 MARKER = "COMPLETE"
-REQUIRED = ("config.json", "model.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json", MARKER)
+REQUIRED = ("optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json", MARKER)  # and WEIGHT_FILES
 
 
 def _optimizer_tensors(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -76,7 +77,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer: torch
         for stale in [*root.glob(".step-*"), *root.glob(".trash-*")]:  # left by a process killed mid-write
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}-", dir=root))
-        part = "config.json, model.safetensors"
+        part = "its model weights"
         model.save_pretrained(tmp, safe_serialization=True)
         part = "its tokenizer files"
         tokenizer.save_pretrained(tmp)
@@ -162,7 +163,9 @@ def check_complete(path: Path) -> None:
         raise ConfigError(f"Checkpoint {path}: its {MARKER} marker is unreadable ({err}). "
                           "Delete the folder to resume from an earlier checkpoint.") from err
     sizes: dict[str, int | None] = dict.fromkeys(written) if isinstance(written, list) else dict(written)
-    missing = sorted({name for name in [*sizes, *REQUIRED] if not (path / name).exists()})
+    # the whole model's files, or the LoRA adapter's (the checkpoint's config names which)
+    weights = WEIGHT_FILES[1] if (path / WEIGHT_FILES[1][0]).exists() else WEIGHT_FILES[0]
+    missing = sorted({name for name in [*sizes, *REQUIRED, *weights] if not (path / name).exists()})
     resized = sorted(name for name, size in sizes.items()
                      if size is not None and name not in missing and (path / name).stat().st_size != size)
     if missing or resized:

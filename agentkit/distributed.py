@@ -57,11 +57,22 @@ def is_distributed() -> bool:
     return world_size() > 1
 
 
+def batch_to(batch: TokenBatch, device: torch.device) -> TokenBatch:
+    """``batch`` with its tensors on ``device`` (itself on the CPU)."""
+    if device.type == "cpu":
+        return batch
+    return replace(batch, **{f.name: getattr(batch, f.name).to(device) for f in fields(batch)
+                             if isinstance(getattr(batch, f.name), torch.Tensor)})
+
+
 class SingleProcess:
-    """One process: every method returns what the loop would have used anyway."""
+    """One process, on the GPU when there is one (else the CPU): every method returns what the loop
+    would have used anyway."""
 
     rank, world, is_main = 0, 1, True
-    device = torch.device("cpu")
+
+    def __init__(self) -> None:
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     def on_main(self, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
@@ -77,10 +88,11 @@ class SingleProcess:
         return trajectories, stats
 
     def to_device(self, batch: TokenBatch) -> TokenBatch:
-        return batch
+        return batch_to(batch, self.device)
 
     def micro_batches(self, model, minibatch: TokenBatch, max_tokens: int) -> Iterator[TokenBatch]:
-        yield from minibatch.micro_batches(max_tokens)
+        for micro in minibatch.micro_batches(max_tokens):
+            yield self.to_device(micro)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -160,13 +172,17 @@ class Accelerated:
 
     def prepare(self, policy, optimizer):
         """Wrap for DDP or FSDP. The optimizer keeps the state it has (a resumed run's)."""
-        # the optimizer's parameter order, to name its state under FSDP
-        self._names = [name for name, _ in policy.named_parameters()]
+        # the optimizer's parameter order (the trained ones: a LoRA policy's adapter), to name its state under FSDP
+        self._names = [name for name, p in policy.named_parameters() if p.requires_grad]
         if not self.sharded:
             with warnings.catch_warnings():  # newer torch renames it; broadcast_buffers=False still means it
                 warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
                 model, optimizer = self.accelerator.prepare(policy, optimizer)
             return model, optimizer, self.accelerator.unwrap_model(model)
+        if len(self._names) < sum(1 for _ in policy.parameters()):
+            raise ConfigError("train.lora with FSDP: accelerate's FSDP2 preparation leaves the adapter frozen with "
+                              "the base, so nothing would train. Train a LoRA adapter with DDP (launch without the "
+                              "FSDP config: only the adapter's gradients are reduced), or set train.lora.rank=0.")
         # FSDP: sampling and saving need whole weights: a frozen copy, synced after every step
         sampler = copy.deepcopy(policy).requires_grad_(False).to(self.device)
         # a resumed run's optimizer state is keyed by parameters that prepare replaces (by sharded ones)
@@ -201,10 +217,7 @@ class Accelerated:
 
     # -- updates --------------------------------------------------------------------------------------
     def to_device(self, batch: TokenBatch) -> TokenBatch:
-        if self.device.type == "cpu":
-            return batch
-        return replace(batch, **{f.name: getattr(batch, f.name).to(self.device) for f in fields(batch)
-                                 if isinstance(getattr(batch, f.name), torch.Tensor)})
+        return batch_to(batch, self.device)
 
     def micro_batches(self, model, minibatch: TokenBatch, max_tokens: int) -> Iterator[TokenBatch]:
         """This rank's micro-batches of ``minibatch`` (call ``with_normalizers`` on the whole of it

@@ -8,6 +8,7 @@ step, turns the step's trajectories into the ``StepScores`` that ``objective.pre
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,7 +21,8 @@ from agentkit.teachers import Teacher, TurnJudge, make_judge, make_teacher
 
 def build_teacher_and_judge(capabilities: Capabilities, *, teacher_spec: str | None, policy: Any, tokenizer: Any,
                             bank: Any = None, privileged: Sequence[str] | None = None,
-                            objective: str = "the objective") -> tuple[Teacher | None, TurnJudge | None]:
+                            objective: str = "the objective", dtype: torch.dtype = torch.float32,
+                            device: str = "cpu", base: Any = None) -> tuple[Teacher | None, TurnJudge | None]:
     """The teacher (``teacher_spec``, else the objective's default) and the judge
     (``capabilities.judge``) an objective's resolved ``capabilities`` ask for; None for each it
     does not need.
@@ -32,6 +34,10 @@ def build_teacher_and_judge(capabilities: Capabilities, *, teacher_spec: str | N
         bank: the skill bank privileged skills are looked up in.
         privileged: the privileged sources shown to the teacher (None: the teacher's default).
         objective: the objective's name, for messages.
+        dtype, device: where a teacher with weights of its own keeps them (``model:DIR``: frozen, so
+            bf16 halves its memory; a device of its own for a teacher larger than the student).
+        base: a LoRA policy's base model (``agentkit.lora.BaseView``, with its ``path``): a
+            ``model:DIR`` teacher that is that folder scores with it, with no second copy.
     """
     teacher = None
     if capabilities.needs_teacher:
@@ -39,7 +45,15 @@ def build_teacher_and_judge(capabilities: Capabilities, *, teacher_spec: str | N
         if spec is None:
             raise ConfigError(f"objective {objective!r} distills from a separate teacher model: pass --teacher "
                               "model:DIR (teacher.spec), or --teacher self.")
-        teacher = make_teacher(resolve_teacher_spec(spec), policy=policy, tokenizer=tokenizer, bank=bank, privileged=privileged)
+        spec = resolve_teacher_spec(spec)
+        if base is not None and spec.startswith("model:") and Path(spec[6:]).resolve() == Path(base.path).resolve():
+            # the LoRA policy's own base weights
+            from agentkit.teachers import ModelTeacher
+
+            teacher = ModelTeacher(base, tokenizer, name=spec, privileged=tuple(privileged or ()), bank=bank)
+        else:
+            teacher = make_teacher(spec, policy=policy, tokenizer=tokenizer, bank=bank, privileged=privileged,
+                                   dtype=dtype, device=device)
     judge = None
     if capabilities.needs_judge:
         judge = make_judge(capabilities.judge or "teacher", teacher, capabilities.judge_template, tokenizer=tokenizer)

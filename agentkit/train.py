@@ -73,12 +73,14 @@ from agentkit.core.errors import (
 )
 from agentkit.core.faults import fault_active, fault_point
 from agentkit.core.jsonl import TrajectoryWriter, append_whole, read_trajectories
+from agentkit.core.model_files import adapter_base
 from agentkit.core.settings import GenerationSettings
+from agentkit.lora import BaseView, MergedWeights, add_adapter, resume_adapter
 from agentkit.objectives import Capabilities, make_objective, policy_logprobs
 from agentkit.objectives.common import off_policy_correction
 from agentkit.rollout import EpisodeSpec
 from agentkit.rollout.collector import RolloutStats
-from agentkit.rollout.hf_backend import HFBackend, load_causal_lm, load_tokenizer
+from agentkit.rollout.hf_backend import PRECISIONS, HFBackend, load_causal_lm, load_tokenizer, mixed_precision
 from agentkit.rollout.run import (
     capped_episodes,
     check_env_settings,
@@ -399,7 +401,7 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
     base_model = resolve_model_dir(cfg.model) if cfg.model else ensure_default_model()
     start = run_dir / "checkpoints" / f"step-{resume_step}" if resume_step is not None else base_model
     tokenizer = load_tokenizer(start)
-    policy = load_causal_lm(start)
+    policy = load_policy(start, cfg.train, resumed=resume_step is not None, device=ranks.device)
     objective = make_objective(cfg.objective.name, cfg.objective.args)
     needs = objective.requirements()
     saved_state = json.loads((start / "state.json").read_text()) if resume_step is not None else {}
@@ -409,14 +411,19 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
 
         bank = load_skill_bank(cfg, run_dir, saved_state.get("skillbank"))
         retriever = make_retriever(cfg.skills.retrieval, cfg.skills.args)
+    # with LoRA the base weights are the policy's own with its adapter off: the reference (the initial
+    # policy) and a model:DIR teacher that is the base model read them, with no second copy
+    base_view = BaseView(policy, base_model) if cfg.train.lora.rank else None
     teacher, judge = build_teacher_and_judge(needs, teacher_spec=cfg.teacher.spec, policy=policy, tokenizer=tokenizer,
-                                             bank=bank, privileged=cfg.teacher.privileged, objective=cfg.objective.name)
+                                             bank=bank, privileged=cfg.teacher.privileged, objective=cfg.objective.name,
+                                             dtype=PRECISIONS[cfg.train.precision],
+                                             device=cfg.teacher.device or str(ranks.device), base=base_view)
     reference = None
-    if needs.needs_reference:
-        reference = load_causal_lm(base_model, device=str(ranks.device))  # the initial policy, frozen
+    if needs.needs_reference:  # the initial policy, frozen
+        reference = base_view or load_causal_lm(base_model, dtype=PRECISIONS[cfg.train.precision], device=str(ranks.device))
         reference.requires_grad_(False)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
-                                  weight_decay=cfg.train.weight_decay)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.train.lr,
+                                  betas=cfg.train.betas, weight_decay=cfg.train.weight_decay)
     first_step = 0
     if resume_step is not None:  # after every model is loaded: restores the RNG the run had
         first_step = load_training_state(start, optimizer)["step"]
@@ -427,7 +434,10 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
     if cfg.backend.kind == "vllm" and not cfg.async_rl.enabled:  # an engine of its own: weights synced after every update
         from agentkit.rollout.vllm_backend import VLLMBackend
 
-        backend = VLLMBackend(start, tokenizer, seed=cfg.seed, name=str(base_model), **cfg.backend.args)
+        backend = VLLMBackend(engine_model(start, cfg.train, resumed=resume_step is not None), tokenizer, seed=cfg.seed,
+                              name=str(base_model), lora_rank=cfg.train.lora.rank, **cfg.backend.args)
+        if cfg.train.lora.rank:  # the engine holds the base: the adapter (a resumed run's) goes to it now
+            engine_sync(backend, sampler, cfg.train)
     else:  # the backend samples with the very module being trained: syncing weights is free here
         backend = HFBackend(sampler, tokenizer, seed=cfg.seed, name=str(base_model), device=str(ranks.device))
     demos = read_trajectories(cfg.train.demos) if needs.uses_demonstrations else None
@@ -440,7 +450,8 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
 
         generator = Generator(cfg, run_dir, start, policy, first_step)
     old_from = cfg.train.old_logprobs
-    trainer_old = old_from == "trainer" or (old_from == "auto" and (cfg.backend.kind != "hf" or cfg.async_rl.enabled))
+    trainer_old = old_from == "trainer" or (old_from == "auto" and (cfg.backend.kind != "hf" or cfg.async_rl.enabled
+                                                                    or cfg.train.precision != "fp32"))
     return Run(cfg=cfg, run_dir=run_dir, ranks=ranks, tokenizer=tokenizer, policy=policy, model=model, sampler=sampler,
                optimizer=optimizer, backend=backend, objective=objective, needs=needs, teacher=teacher, judge=judge,
                bank=bank, retriever=retriever, reference=reference, demos=demos,
@@ -449,6 +460,47 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
                first_step=first_step, bad_update_streak=saved_state.get("bad_update_streak", 0),
                env_error_streak=saved_state.get("env_error_streak", 0), generator=generator,
                trainer_old_logprobs=trainer_old)
+
+
+def load_policy(path: Path, train: TrainSection, *, resumed: bool = False, device: torch.device | str = "cpu"):
+    """The trained policy from ``path``: fp32 weights, or with ``train.lora`` a frozen base (bf16
+    under ``train.precision`` bf16) with a new LoRA adapter in fp32, or, ``resumed`` from a LoRA
+    run's checkpoint, the adapter saved there. Then ``train.precision``'s autocast and, if set,
+    gradient checkpointing (active in training mode only; sampling keeps its KV cache). On ``device``,
+    before an optimizer holds its parameters."""
+    base_dtype = PRECISIONS[train.precision] if train.lora.rank else torch.float32
+    if resumed and (base := adapter_base(path)) is not None:
+        policy = resume_adapter(path, load_causal_lm(base, dtype=base_dtype))
+    else:  # a folder holding an adapter loads merged: a new adapter then trains on top of it
+        policy = load_causal_lm(path, dtype=base_dtype)
+        if train.lora.rank:
+            policy = add_adapter(policy, train.lora, path)
+    policy = mixed_precision(policy.to(device), train.precision)
+    if train.gradient_checkpointing:
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return policy
+
+
+def engine_model(start: Path, train: TrainSection, *, resumed: bool) -> Path:
+    """The folder a vLLM engine loads: ``start``, but for a resumed LoRA run the adapter's base (the
+    adapter itself then reaches the engine through ``engine_sync``)."""
+    base = adapter_base(start) if train.lora.rank and resumed else None
+    return base or start
+
+
+def engine_sync(backend, module, train: TrainSection):
+    """Send ``module``'s current weights to a vLLM engine; what the engine now serves, for
+    ``sync_error``. A LoRA policy's adapter goes as a LoRA request (``lora_sync: adapter``, the
+    default), or merged into the engine's weights (``merged``)."""
+    if not train.lora.rank:
+        backend.sync_weights(module)
+        return module
+    if backend.lora_sync == "adapter":
+        backend.sync_adapter(module)
+        return module
+    merged = MergedWeights(module)
+    backend.sync_weights(merged)
+    return merged
 
 
 def _check_token_ids(trajectories: list, vocab_size: int, path: str) -> None:
@@ -648,9 +700,9 @@ def sync(run: Run, batch, step: int) -> dict[str, float]:
         run.backend.wake_up()
     if not run.backend.syncs_weights:
         return {}
-    run.backend.sync_weights(run.sampler)
+    weights = engine_sync(run.backend, run.sampler, run.cfg.train)
     probe = batch.input_ids[0, : int(batch.attention_mask[0].sum())].tolist()
-    return {"vllm_sync_error": run.backend.sync_error(run.sampler, probe)}
+    return {"vllm_sync_error": run.backend.sync_error(weights, probe)}
 
 
 def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> RolloutStats:

@@ -48,6 +48,27 @@ class TeacherSection(Settings):
     privileged: list[Literal["skills", "env"]] | None = Field(
         None, json_schema_extra=flag("--teacher-privileged"),
         description="Privileged context shown to the teacher (default: skills for self, none for model).")
+    device: str | None = Field(None, json_schema_extra=flag("--teacher-device") | RUNTIME,
+                               description="Device of a model:DIR teacher, for example cuda:1 for a larger teacher on a "
+                                           "GPU of its own (default: the policy's device).")
+
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraSection(Settings):
+    rank: int = Field(0, ge=0, json_schema_extra=flag("--lora-rank"),
+                      description="LoRA: train a low-rank adapter of this rank on the target layers instead of every "
+                                  "weight (0 = off: full fine-tuning). Checkpoints then hold the adapter; eval and "
+                                  "rollout load base + adapter. Needs peft: pip install 'agentkit[lora]'.")
+    alpha: float = Field(16.0, gt=0, json_schema_extra=flag("--lora-alpha"),
+                         description="LoRA: the adapter's output is scaled by alpha / rank.")
+    dropout: float = Field(0.0, ge=0, lt=1, json_schema_extra=flag("--lora-dropout"),
+                           description="LoRA: dropout on the adapter's input while training (0 keeps the trainer's "
+                                       "logprobs equal to the sampler's before the first update).")
+    target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS), json_schema_extra=flag("--lora-targets"),
+                                      description="LoRA: names of the linear layers that get an adapter (default: "
+                                                  "every attention and MLP projection of Qwen/Llama-style models).")
 
 
 class TrainSection(Settings):
@@ -59,6 +80,16 @@ class TrainSection(Settings):
     epochs: int = Field(1, gt=0, description="Passes over each step's batch.")
     minibatches: int = Field(1, gt=0, description="Optimizer steps per pass (the batch is split by episode).")
     micro_batch_tokens: int = Field(16384, gt=0, description="Padded tokens per forward/backward micro-batch.")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", json_schema_extra=flag("--precision"),
+        description="Numerics of the policy. bf16: mixed precision, the policy's forward and backward passes (and its "
+        "sampling with the transformers backend) under bf16 autocast, with fp32 weights, gradients and AdamW state; "
+        "the frozen models (the reference, a model:DIR teacher) are stored in bf16, half their memory. The engine of "
+        "--backend vllm keeps its own dtype (backend.args.dtype).")
+    gradient_checkpointing: bool = Field(
+        False, json_schema_extra=flag("--gradient-checkpointing") | RUNTIME,
+        description="Keep only each layer's input in the forward pass and recompute the rest in the backward pass: "
+        "activation memory of a long episode falls from every layer's to one layer's, for about one more forward pass.")
     demos: str | None = Field(None, description="Demonstrations JSONL (agentkit demos) for objectives that train on them.")
     demos_per_step: int = Field(16, gt=0, description="Demonstration episodes per step.")
     old_logprobs: Literal["auto", "trainer", "sampler"] = Field(
@@ -66,12 +97,14 @@ class TrainSection(Settings):
         "batch recomputes it under the trainer's numerics; the sampler's logprobs stay in the trajectories and "
         "train.is_correction corrects for the difference (mismatch_kl and the is_ratio tails go to metrics.jsonl). "
         "sampler: the logprobs recorded at sampling. auto: trainer when the sampler is not the trained module itself "
-        "(--backend vllm, --async), else sampler.")
+        "(--backend vllm, --async) or samples in bf16 (train.precision bf16: the cached decoding and the "
+        "whole-sequence forward round differently), else sampler.")
     is_correction: Literal["none", "truncate", "mask"] = Field(
         "truncate", description="Importance correction for the sampler/trainer mismatch when pi_old comes from the trainer: "
         "each token's loss times r = pi_old/pi_sampler, truncated at train.is_cap (truncate), or r with the tokens whose r "
         "is outside [1/cap, cap] left out of the loss (mask); none measures the mismatch without correcting it.")
     is_cap: float = Field(2.0, gt=1, description="The cap of the importance ratio (train.is_correction).")
+    lora: LoraSection = Field(default_factory=LoraSection)
     max_bad_updates: int = Field(3, ge=0, json_schema_extra=RUNTIME, description="Stop the run after this many optimizer updates in a row had a NaN/inf loss or gradient (each is skipped, and counted as skipped_updates in metrics.jsonl). 0 = never stop.")
 
 

@@ -216,8 +216,8 @@ def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
     if cols.numel() == 0:
         cols = torch.arange(L, device=batch.response_mask.device)
     cols = cols.to(batch.input_ids.device)
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                   logits_to_keep=cols).logits.float()  # [B, C, V]
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=cols,
+                   use_cache=False).logits.float()  # [B, C, V] (no KV cache: nothing generates after it)
     if batch.temperature is not None:  # the distribution the responses were sampled from (logits / T)
         logits = logits / batch.temperature.to(logits.device)[:, None, None]
     logp = torch.log_softmax(logits, dim=-1)  # [B, C, V]

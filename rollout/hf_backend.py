@@ -7,6 +7,7 @@ under the exact distribution it was drawn from (temperature, top-k and top-p app
 
 from __future__ import annotations
 
+import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from agentkit.rollout.backend import Generation, SamplingParams, row_seeds
 from safetensors import SafetensorError
 
 from agentkit.core.errors import ModelError
+from agentkit.core.model_files import adapter_base, is_model_folder
 
 
 def _local_folder(path: str | Path) -> Path:
@@ -30,7 +32,7 @@ def _local_folder(path: str | Path) -> Path:
                          f"agentkit model init --out {path}")
     if not folder.is_dir():
         raise ModelError(f"{path} is a file, not a model folder (a folder with config.json and the tokenizer).")
-    if not (folder / "config.json").exists() and ((folder / "checkpoints").is_dir() or (folder / "config.yaml").exists()):
+    if not is_model_folder(folder) and ((folder / "checkpoints").is_dir() or (folder / "config.yaml").exists()):
         raise ModelError(f"{path} is a training run folder, not a model folder: pass one of its checkpoints "
                          f"({path}/checkpoints/step-N), or give the run folder to --model, which uses its newest.")
     return folder
@@ -60,6 +62,8 @@ def load_causal_lm(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
     from transformers import AutoModelForCausalLM
 
     folder = _local_folder(path)
+    if (base := adapter_base(folder)) is not None:
+        return _merged_adapter(folder, load_causal_lm(base, dtype=dtype, device=device))
     if not (folder / "config.json").exists():
         raise ModelError(
             f"{path} is not a model folder (no config.json). Build one with: agentkit model init --out {path}"
@@ -70,6 +74,44 @@ def load_causal_lm(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
     except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a truncated or corrupt weights file
         raise ModelError(f"Could not load the model in {path}: {err}") from err
     return model.to(device).eval()
+
+
+def _merged_adapter(folder: Path, base):
+    """``base`` with the LoRA adapter in ``folder`` merged into its weights: a plain module that
+    samples as fast as the base (``agentkit eval``/``rollout`` of a LoRA run, a teacher, a new run's
+    start). Training resumes the adapter itself (``agentkit.lora``)."""
+    try:
+        from peft import PeftModel
+    except ImportError as err:
+        raise ModelError(f"{folder} holds a LoRA adapter; loading it needs peft: pip install 'agentkit[lora]'.") from err
+    try:
+        merged = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as err:
+        raise ModelError(f"Could not load the LoRA adapter in {folder} onto its base model: {err}") from err
+    merged.config._name_or_path = str(folder)  # what this module is: an adapter added onto it names this folder
+    merged.name_or_path = str(folder)
+    return merged.eval()
+
+
+PRECISIONS: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def mixed_precision(model, precision: str):
+    """``model`` (fp32 weights) with its forward under bf16 autocast when ``precision`` is "bf16"
+    (mixed precision: the weights, their gradients and the optimizer state stay fp32; matrix
+    products run in bf16, reductions and softmaxes in fp32); as it is for "fp32". The forward is
+    replaced on the instance (a method bound to it, so a deep copy binds to the copy), and DDP,
+    FSDP2, gradient checkpointing and the transformers backend all go through it; its logits come
+    out bf16 and every reader casts them with ``.float()``."""
+    if PRECISIONS[precision] != torch.float32:
+        model.forward = types.MethodType(_forward_in_bf16, model)
+    return model
+
+
+def _forward_in_bf16(self, *args, **kwargs):
+    device_type = next(self.parameters()).device.type  # where the module is now (prepare may move it)
+    with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+        return type(self).forward(self, *args, **kwargs)
 
 
 def sample_logprobs(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | list[torch.Generator],

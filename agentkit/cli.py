@@ -436,6 +436,7 @@ def cmd_skills_extract(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from agentkit import __version__
     from agentkit.core.settings import SkillSettings
+    from agentkit.models import SIZES
     from agentkit.rollout.config import DemosConfig, EvalConfig, RolloutConfig
     from agentkit.train_config import TrainConfig
 
@@ -532,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     model = sub.add_parser("model", help="Build models.").add_subparsers(dest="model_command", metavar="SUBCOMMAND")
     p = model.add_parser("init", help="Train a tokenizer and write a randomly initialized tiny Qwen3 model.")
     p.add_argument("--out", required=True, help="Folder to write (must not exist or be empty).")
-    p.add_argument("--size", default="tiny", choices=["tiny", "small", "base"], help="Model size preset.")
+    p.add_argument("--size", default="tiny", choices=list(SIZES), help="Model size preset (qwen3-0.6b, qwen3-1.7b: those models' shapes, random init).")
     p.add_argument("--seed", type=int, default=0, help="Initialization seed.")
     p.add_argument("--vocab-size", type=int, default=3000, help="Tokenizer vocabulary size (at most).")
     p.set_defaults(func=cmd_model_init)

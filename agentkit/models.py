@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from agentkit.core.errors import ConfigError, ModelError
+from agentkit.core.model_files import is_model_folder
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
@@ -47,6 +48,11 @@ SIZES: dict[str, ModelSize] = {
     "small": ModelSize(128, 512, 4, 4, 2, 32),
     # ~10M
     "base": ModelSize(256, 768, 6, 8, 4, 32),
+    # Qwen3-0.6B's shape (28 layers, hidden 1024, 16 query and 8 KV heads of 128): ~0.44B with the local
+    # vocabulary (Qwen3's 151k-token embedding is the rest); for memory and speed figures, not for CPU runs
+    "qwen3-0.6b": ModelSize(1024, 3072, 28, 16, 8, 128),
+    # Qwen3-1.7B's shape (28 layers, hidden 2048): ~1.4B with the local vocabulary
+    "qwen3-1.7b": ModelSize(2048, 6144, 28, 16, 8, 128),
 }
 
 
@@ -199,9 +205,9 @@ def resolve_model_dir(path: str | os.PathLike, *, flag: str = "--model") -> Path
     given = f"{flag}{text}" if flag.endswith(":") else f"{flag} {text}"  # "--model DIR", "--teacher model:DIR"
     folder = Path(text).expanduser()
     if folder.is_dir():
-        if folder.name == "checkpoints" and not (folder / "config.json").exists():
+        if folder.name == "checkpoints" and not is_model_folder(folder):
             folder = folder.parent  # the run's checkpoints folder: the run
-        if (folder / "config.json").exists():
+        if is_model_folder(folder):  # full weights, or a LoRA adapter over the base it names
             return folder
         if (folder / "checkpoints").is_dir() or (folder / "config.yaml").exists():
             return _newest_checkpoint(folder, given)

@@ -174,8 +174,9 @@ def test_bad_lora_settings_are_one_line_with_the_fix(vaults_sft_model, vaults_de
 def test_merged_weights_are_what_an_engine_without_lora_serves(vaults_sft_model, vaults_demos, tmp_path):
     """What a vLLM engine receives (``MergedWeights``): loaded into a plain copy of the base model,
     it computes what the adapted policy does; the policy's own weights are left as they were."""
-    from agentkit.lora import MergedWeights
     from agentkit.rollout.hf_backend import load_causal_lm
+
+    from agentkit.lora import MergedWeights
 
     run = setup(config(tmp_path, "grpo", vaults_sft_model, vaults_demos), resume=False, given=None)
     try:

@@ -6,6 +6,7 @@ Heavy imports (torch, transformers, textworld) happen inside the commands so ``-
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -334,14 +335,41 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_output(out, append=cfg.append, overwrite=cfg.overwrite)
     from tqdm import tqdm
 
-    bar = tqdm(total=cfg.episodes, desc=f"eval {cfg.env.id} ({cfg.split})", unit="ep", disable=args.quiet)
+    bar = tqdm(total=cfg.episodes * cfg.samples, desc=f"eval {cfg.env.id} ({cfg.split})", unit="ep", disable=args.quiet)
+    played: list = []
     try:
         stats = run_eval(cfg, _model_dir(cfg.model), out=out, progress=lambda t, s: bar.update(1),
-                         skills=policy_selector(cfg.skills, env_id=cfg.env.id, seed=cfg.seed))
+                         skills=policy_selector(cfg.skills, env_id=cfg.env.id, seed=cfg.seed), played=played)
     finally:
         bar.close()
-    _print_summary(_stdout_console(), f"{cfg.env.id} ({cfg.split}, greedy)", stats, out, command="eval")
+    how = "greedy" if cfg.samples == 1 else f"{cfg.samples} samples per task at temperature 1"
+    console = _stdout_console()
+    _print_summary(console, f"{cfg.env.id} ({cfg.split}, {how})", stats, out, command="eval")
+    from agentkit.rollout.report import eval_report
+
+    report = eval_report(played)
+    _print_report(console, report)
+    if cfg.report:
+        Path(cfg.report).write_text(json.dumps({"model": str(_model_dir(cfg.model)), "env": cfg.env.id,
+                                                "split": cfg.split, **report}, indent=1))
+        console.print(f"wrote the report to {cfg.report}")
     return 0
+
+
+def _print_report(console, report: dict) -> None:
+    """Success with its 95% interval, pass@k, and the per-type rows of ``eval_report``."""
+    low, high = report["success_ci95"]
+    solved = report["mean_turns_solved"]
+    line = (f"success {report['success_rate']:.1%} (95% CI {low:.1%}-{high:.1%}, {report['episodes']} episodes of "
+            f"{report['tasks']} tasks); mean turns of solved episodes: {'-' if solved is None else f'{solved:.1f}'}")
+    console.print(line)
+    if "pass_at_k" in report:
+        console.print("pass@k: " + ", ".join(f"pass@{k} {v:.1%}" for k, v in report["pass_at_k"].items()))
+    for name, row in report.get("by_task_type", {}).items():
+        low, high = row["success_ci95"]
+        console.print(f"  {name}: success {row['success_rate']:.1%} (95% CI {low:.1%}-{high:.1%}, {row['episodes']} "
+                      "episodes)" + (f", pass@{row['samples_per_task']} {list(row['pass_at_k'].values())[-1]:.1%}"
+                                     if "pass_at_k" in row else ""))
 
 
 def cmd_objectives_list(args: argparse.Namespace) -> int:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import statistics
 import subprocess
@@ -39,16 +38,9 @@ import time
 from datetime import date
 from pathlib import Path
 
+from agentkit.core.evalstats import wilson
+
 HERE = Path(__file__).resolve().parent
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def train(out: Path, env: str, seed: int, steps: int, mode: str, args) -> dict:

@@ -59,6 +59,10 @@ class EvalConfig(OutputSettings):
     out: str | None = Field(None, description="Also write the trajectories to this JSONL file.")
     seed: int = Field(0, ge=0, description="First task seed (tasks are seed..seed+episodes-1).")
     episodes: int = Field(32, gt=0, description="Number of tasks to play.")
+    samples: int = Field(1, gt=0, description="Episodes per task: 1 plays each task once, greedily; n > 1 samples n "
+                                              "episodes per task at temperature 1 and reports pass@k (k = 1, 2, 4, ..., n).")
+    report: str | None = Field(None, description="Write the evaluation's figures (success with its 95% interval, "
+                                                 "pass@k, per task type) to this JSON file.")
     split: str | None = Field(None, description="Split to evaluate on (default: the environment's held-out split).")
     env: EnvSettings = Field(default_factory=EnvSettings)
     sampling: GenerationSettings = Field(default_factory=GenerationSettings)

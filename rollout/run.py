@@ -346,23 +346,34 @@ def _after_disk_full(cfg: RolloutConfig, out: Path) -> str:
     return f"Then complete the rollout with: {resume_command(cfg, out)}"
 
 
-def run_eval(cfg, model_dir: Path, *, out: Path | None = None, progress=None, skills=None) -> RolloutStats:
+def run_eval(cfg, model_dir: Path, *, out: Path | None = None, progress=None, skills=None,
+             played: list | None = None) -> RolloutStats:
     """Greedy episodes on seeds ``cfg.seed .. cfg.seed + cfg.episodes - 1`` of ``cfg.split`` (an
-    ``EvalConfig`` with the environment's defaults filled in); with ``out``, the trajectories are
-    written there (``cfg.append`` / ``cfg.overwrite`` as for rollout)."""
+    ``EvalConfig`` with the environment's defaults filled in), or ``cfg.samples`` sampled ones per
+    seed; with ``out``, the trajectories are written there (``cfg.append`` / ``cfg.overwrite`` as
+    for rollout), and ``played`` collects them."""
+    played = played if played is not None else []
     lookup(cfg.env.id)
     # bad env settings fail here, before anything is played or written; a split of N tasks plays at most N
     episodes = capped_episodes(cfg.seed, cfg.episodes, check_env_settings(
         cfg.env, cfg.split, range(cfg.seed, cfg.seed + cfg.episodes)), what="eval", split=cfg.split)
-    specs = [EpisodeSpec(seed) for seed in range(cfg.seed, cfg.seed + episodes)]
+    specs = [EpisodeSpec(seed, k) for seed in range(cfg.seed, cfg.seed + episodes) for k in range(cfg.samples)]
+    # several samples of a task are drawn at temperature 1 (pass@k); one is greedy
+    sampling = sampling_params(cfg.sampling, cfg.seed) if cfg.samples == 1 else SamplingParams(
+        max_new_tokens=cfg.sampling.max_new_tokens, seed=cfg.seed, temperature=1.0)
     with contextlib.ExitStack() as resources:  # whatever was built is closed, however this ends
         backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
         resources.callback(backend.close)
         envs = make_envs(cfg.env, cfg.split)
         resources.callback(envs.close)
-        collector = make_collector(backend, envs, env=cfg.env, split=cfg.split,
-                                   sampling=sampling_params(cfg.sampling, cfg.seed), context=cfg.context, skills=skills)
+        collector = make_collector(backend, envs, env=cfg.env, split=cfg.split, sampling=sampling, context=cfg.context,
+                                   skills=skills)
         if out is None:
-            return collector.run(specs, lambda trajectory: None, progress=progress)
+            return collector.run(specs, played.append, progress=progress)
         with TrajectoryWriter(out, mode="append" if cfg.append else "overwrite" if cfg.overwrite else "new") as writer:
-            return collector.run(specs, writer.write, progress=progress)
+
+            def keep(trajectory) -> None:
+                writer.write(trajectory)
+                played.append(trajectory)
+
+            return collector.run(specs, keep, progress=progress)

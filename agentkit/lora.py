@@ -35,8 +35,8 @@ def add_adapter(model, lora: LoraSection, base: Path):
                           f"its linear layers are {', '.join(sorted(found))}.")
     config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                              target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-    config.base_model_name_or_path = str(Path(base).resolve())
     adapted = peft.get_peft_model(model, config)  # adapter weights in fp32 even on a bf16 base
+    # get_peft_model names the base as the model was loaded (maybe a relative path)
     adapted.peft_config["default"].base_model_name_or_path = str(Path(base).resolve())
     return adapted
 

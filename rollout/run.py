@@ -38,7 +38,13 @@ from agentkit.core.config import settings_of
 from agentkit.core.errors import AgentkitError, ConfigError, DiskFullError, ModelError, OutputExistsError
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
 from agentkit.core.model_files import is_model_folder
-from agentkit.core.settings import BackendSettings, ContextSettings, EnvSettings, GenerationSettings
+from agentkit.core.settings import (
+    BackendSettings,
+    ContextSettings,
+    EnvSettings,
+    GenerationSettings,
+    SamplingSettings,
+)
 
 
 def default_out_path() -> Path:
@@ -359,8 +365,8 @@ def run_eval(cfg, model_dir: Path, *, out: Path | None = None, progress=None, sk
         cfg.env, cfg.split, range(cfg.seed, cfg.seed + cfg.episodes)), what="eval", split=cfg.split)
     specs = [EpisodeSpec(seed, k) for seed in range(cfg.seed, cfg.seed + episodes) for k in range(cfg.samples)]
     # several samples of a task are drawn at temperature 1 (pass@k); one is greedy
-    sampling = sampling_params(cfg.sampling, cfg.seed) if cfg.samples == 1 else SamplingParams(
-        max_new_tokens=cfg.sampling.max_new_tokens, seed=cfg.seed, temperature=1.0)
+    sampling = sampling_params(cfg.sampling if cfg.samples == 1 else SamplingSettings(
+        max_new_tokens=cfg.sampling.max_new_tokens, temperature=1.0), cfg.seed)
     with contextlib.ExitStack() as resources:  # whatever was built is closed, however this ends
         backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
         resources.callback(backend.close)

@@ -28,6 +28,7 @@ as with the transformers backend; each prompt's ``seed`` makes its sample indepe
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -228,8 +229,6 @@ class VLLMBackend:
         adapter alone is written (to /dev/shm where there is one) and every later call passes it as a
         LoRA request, a new one per sync, the previous one removed. Needs ``lora_rank`` at
         construction (the engine's LoRA slots)."""
-        import shutil
-
         from vllm.lora.request import LoRARequest
 
         folder = tempfile.mkdtemp(prefix="agentkit-adapter-", dir=_shm_dir())
@@ -285,8 +284,6 @@ class VLLMBackend:
             self._ipc.shutdown()
         self.llm.llm_engine.engine_core.shutdown()  # the engine core client (vLLM's LLMEngine has no shutdown)
         if self._lora is not None:
-            import shutil
-
             shutil.rmtree(self._lora.lora_path, ignore_errors=True)
         if self._merged is not None:
             self._merged.cleanup()

@@ -28,7 +28,7 @@ def adapter_base(folder: Path) -> Path | None:
         raise ModelError(f"{folder / ADAPTER_CONFIG} is unreadable or names no base model ({err}); it is the LoRA "
                          "adapter's settings, written by the run that trained it.") from err
     base = Path(str(base))
-    if not (base / "config.json").exists() and not (base / ADAPTER_CONFIG).exists():
+    if not is_model_folder(base):
         raise ModelError(f"The LoRA adapter in {folder} was trained on the base model {base}, which is not there. "
                          f"Put that model folder back at {base}, or set base_model_name_or_path in "
                          f"{folder / ADAPTER_CONFIG} to where it is now.")

@@ -50,6 +50,7 @@ from agentkit.envs.alfworld_gen import (
     is_generated,
     normalize_split,
 )
+from agentkit.envs.gym import TextEnv
 
 from agentkit.core.errors import ConfigError, EnvError, did_you_mean
 
@@ -198,7 +199,7 @@ def clean_observation(text: str) -> str:
     return text.replace(_BANNER, "").strip()
 
 
-class AlfWorldEnv:
+class AlfWorldEnv(TextEnv):
     """ALFWorld's text games as an agentkit environment.
 
     Args:
@@ -311,9 +312,7 @@ class AlfWorldEnv:
         return game_file, _official_task_type(game_file, self.official_root) or ""
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        if seed is None:
-            seed = int.from_bytes(os.urandom(4), "little") % SEEDS_PER_SPLIT
-        seed = self._check_seed(seed)
+        seed = self._check_seed(self.task_seed(seed, SEEDS_PER_SPLIT))
         game_file, self._task_type = self._game_for(seed)
         engine = self._engine_ready()
         engine.load(json.loads(game_file.read_text()))

@@ -15,7 +15,9 @@ def _check_info(info: Any, where: str) -> None:
         raise EnvError(f"{where}: info must be a dict, got {type(info).__name__}.")
     missing = [k for k in INFO_KEYS if k not in info]
     if missing:
-        raise EnvError(f"{where}: info lacks the required key(s) {missing}; every info carries {list(INFO_KEYS)}.")
+        raise EnvError(f"{where}: info lacks the required key(s) {missing}; every info carries {list(INFO_KEYS)}. "
+                       "Add them, or, for a Gymnasium environment, play it as gymnasium/<its Gymnasium id> or wrap it "
+                       "in agentkit.envs.FromGymnasium, which fill in defaults.")
     if not isinstance(info["task"], str):
         raise EnvError(f"{where}: info['task'] must be a str, got {type(info['task']).__name__}.")
     adm = info["admissible_actions"]

@@ -6,8 +6,9 @@ generation stops, how the response becomes an action, and how an expert's action
 response in demonstrations. The collector, the demonstrations and ``make(..., action_parser=
 "format")`` all read it, so the prompt, the stop strings and the parser cannot disagree.
 
-Two formats are built in: ``ACTION_TAG`` (one command inside ``<action></action>``, the default for
-every environment that does not declare one) and ``SEARCH_ANSWER`` (Search-R1's ``<search>`` /
+Three formats are built in: ``ACTION_TAG`` (one command inside ``<action></action>``, the default for
+every environment that does not declare one), ``BRACKET_ACTION_TAG`` (the same tags around a move in
+TextArena's square brackets, ``<action>[A C]</action>``) and ``SEARCH_ANSWER`` (Search-R1's ``<search>`` /
 ``<answer>``, which the Search-QA environment parses itself).
 """
 
@@ -67,6 +68,20 @@ ACTION_TAG = ActionFormat(
     stop=("</action>",),
     parser=ActionParser(),
     template="<action>{action}</action>",
+)
+
+# TextArena's games read the move written in square brackets and say so in their rules ("e.g., '[A C]'"),
+# so the instruction asks for the brackets inside the tags; the tag content goes to the game (which brackets a bare move)
+BRACKET_ACTION_TAG = ActionFormat(
+    instruction=(
+        "You are playing a text game. Read the observation, then answer with exactly one move inside "
+        "<action></action> tags, written in square brackets as the game asks, for example <action>[A C]</action> "
+        "or <action>[42]</action>."
+    ),
+    stop=("</action>",),
+    parser=ActionParser(),
+    template="<action>{action}</action>",
+    invalid_feedback="Invalid action: no action found. Answer with <action>[your move]</action>.",
 )
 
 SEARCH_ANSWER = ActionFormat(

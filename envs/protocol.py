@@ -22,7 +22,9 @@ Optional keys with fixed meaning:
 
 Rewards are per step, never cumulative. ``reset(seed=s)`` picks task ``s`` of the environment's
 split deterministically; splits are a constructor argument (``split="train"`` always exists;
-held-out splits are named by the adapter, e.g. ``"eval"``, ``"eval_out"``).
+held-out splits are named by the adapter, e.g. ``"eval"``, ``"eval_out"``). ``reset()`` plays a
+random task (the built-ins, ``gymnasium.Env``s, draw it from ``np_random``: reproducible after a
+seeded reset, as Gymnasium asks; envs/gym.py).
 """
 
 from __future__ import annotations

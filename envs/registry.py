@@ -33,7 +33,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from agentkit.envs.formats import ACTION_TAG, SEARCH_ANSWER, ActionFormat
+import gymnasium
+from agentkit.envs.formats import ACTION_TAG, BRACKET_ACTION_TAG, SEARCH_ANSWER, ActionFormat
+from agentkit.envs.gym import (
+    GYMNASIUM_PREFIX,
+    free_gymnasium_id,
+    from_gymnasium,
+    gymnasium_max_steps,
+    register_in_gymnasium,
+    require_text_spaces,
+)
 from agentkit.envs.protocol import Env
 from agentkit.envs.wrappers import ActionParser, CleanObservation, ParseAction, TurnLimit
 
@@ -50,7 +59,7 @@ from agentkit.core.plugins import PluginRegistry, PluginSpec, import_target
 REGISTRY = PluginRegistry("agentkit.envs", "environment")
 # id prefixes of the environment families that optional extras provide
 EXTRA_FAMILIES = {"textworld": "textworld", "alfworld": "alfworld", "scienceworld": "scienceworld", "search-qa": "search",
-                  "webshop": "search"}
+                  "webshop": "search", "textarena": "textarena"}
 DEFAULT_MAX_TURNS = 20  # for environments that do not declare theirs
 
 
@@ -70,6 +79,8 @@ class EnvSpec:
         requires: modules that must import for the environment to work (checked by ``status``).
         programs: executables that must be on PATH (e.g. ``java``).
         extra: the ``agentkit[...]`` extra that installs the requirements, for messages.
+        nondeterministic: the same seed and actions can give different observations (Gymnasium's
+            ``EnvSpec.nondeterministic``: its ``check_env`` then skips the determinism checks).
     """
 
     factory: str | Callable[..., Env]
@@ -82,6 +93,7 @@ class EnvSpec:
     requires: tuple[str, ...] = ()
     programs: tuple[str, ...] = ()
     extra: str | None = None
+    nondeterministic: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.factory, str) or callable(self.factory)):
@@ -119,10 +131,14 @@ _TW = "agentkit.envs.textworld_env:TextWorldEnv"
 _TEXTWORLD = {"splits": ("train", "eval"), "requires": ("textworld",), "extra": "textworld"}
 _SEARCH = {"splits": ("train", "eval"), "requires": ("bm25s",), "extra": "search"}
 _WEBSHOP = "agentkit.envs.webshop_env:WebShopEnv"
+# ids are textarena/<TextArena's own id>; max_turns is TextArena's own turn limit for the game
+_TA = "agentkit.envs.textarena_env:TextArenaEnv"
+_TEXTARENA = {"action_format": BRACKET_ACTION_TAG, "requires": ("textarena",), "extra": "textarena"}
 # max_turns: the longest expert plan measured with the default settings, with margin (play_expert on the
 # first tasks of train and eval): TextWorld simple 12 steps, coin (level 3) 3, treasure 3, cooking 3; ALFWorld
 # (generated; the official games of ALFWORLD_DATA need its own limit, 50) 7; ScienceWorld's gold paths 22-229 (inclined-plane-friction-unnamed-surfaces the longest);
-# Search-QA 5 (4 searches and the answer); WebShop 5; Vaults ends itself after its 6 moves
+# Search-QA 5 (4 searches and the answer); WebShop 5; Vaults ends itself after its 6 moves; TextArena
+# GuessTheNumber 5 (binary search of 1-20), TowerOfHanoi 7 (3 disks)
 _BUILTINS: dict[str, EnvSpec] = {
     "textworld/simple-v0": EnvSpec(_TW, {"challenge": "tw-simple"}, max_turns=20, **_TEXTWORLD,
                                    description="TextWorld tw-simple (rewards, goal)"),
@@ -140,6 +156,7 @@ _BUILTINS: dict[str, EnvSpec] = {
     "scienceworld/scienceworld-v0": EnvSpec(
         "agentkit.envs.scienceworld_env:ScienceWorldEnv", max_turns=300, splits=("train", "dev", "test"),
         eval_split="dev", requires=("scienceworld",), programs=("java",), extra="scienceworld",
+        nondeterministic=True,  # its observations list a room's objects in an order that varies between loads
         description="ScienceWorld's 30 science tasks (tasks, simplifications; needs Java)"),
     "search-qa/generated-v0": EnvSpec(
         "agentkit.envs.search_qa_env:SearchQAEnv", max_turns=8, action_format=SEARCH_ANSWER, **_SEARCH,
@@ -150,6 +167,14 @@ _BUILTINS: dict[str, EnvSpec] = {
     "webshop/original-v0": EnvSpec(
         _WEBSHOP, {"source": "original"}, max_turns=10, splits=("train", "eval", "test"), requires=("bm25s",),
         extra="search", description="WebShop on the original data files (data_dir or WEBSHOP_DATA; goals human|synthetic)"),
+    # TextArena's offline single-player games that have an expert (envs/textarena_env.py); Wordle, Hangman and
+    # the other word games need NLTK data downloads, and any other game plays with the `game` setting
+    "textarena/GuessTheNumber-v0": EnvSpec(
+        _TA, {"game": "GuessTheNumber-v0"}, max_turns=10, splits=("train", "eval"), **_TEXTARENA,
+        description="TextArena GuessTheNumber: find 1-20 from higher/lower hints (min_number, max_number)"),
+    "textarena/TowerOfHanoi-v0": EnvSpec(
+        _TA, {"game": "TowerOfHanoi-v0"}, max_turns=14, **_TEXTARENA,
+        description="TextArena Tower of Hanoi, 3 disks from A to C: one puzzle, the same for every seed"),
     # pure Python, no extra: the core tests' environment; it ends itself after `moves` (6) moves
     "vaults/vaults-v0": EnvSpec(
         "agentkit.envs.vaults_env:VaultsEnv", max_turns=8, splits=("train", "dev", "test"), eval_split="dev",
@@ -165,6 +190,7 @@ def _plugin_spec(id: str, spec: EnvSpec, distribution: str = "agentkit") -> Plug
 
 for _id, _spec in _BUILTINS.items():
     REGISTRY.register(_plugin_spec(_id, _spec))
+    register_in_gymnasium(_id, _spec)  # gymnasium.make("agentkit/...") (envs/gym.py)
 
 
 def register(
@@ -182,7 +208,7 @@ def register(
     extra: str | None = None,
     **kwargs: Any,
 ) -> None:
-    """Register an environment id at run time.
+    """Register an environment id at run time, and with Gymnasium as ``gymnasium_id(id)``.
 
     Args:
         id: ``name`` or ``name/Variant-vN``.
@@ -205,7 +231,9 @@ def register(
         spec = EnvSpec(entry_point, kwargs, max_turns=max_turns, splits=splits, eval_split=eval_split,
                        action_format=action_format, description=description, requires=requires, programs=programs,
                        extra=extra)
+    free_gymnasium_id(id)  # a bad or taken Gymnasium id fails before anything is registered
     REGISTRY.register(_plugin_spec(id, spec, "(registered at run time)"), overwrite=overwrite)
+    register_in_gymnasium(id, spec)
 
 
 @dataclass(frozen=True)
@@ -216,9 +244,32 @@ class EnvStatus:
     distribution: str
 
 
+def _gymnasium_spec(gymnasium_id: str) -> EnvSpec:
+    return EnvSpec(functools.partial(from_gymnasium, gymnasium_id),
+                   max_turns=gymnasium_max_steps(gymnasium_id) or DEFAULT_MAX_TURNS,
+                   description=f"Gymnasium's {gymnasium_id}")
+
+
+def _textarena_spec(game: str) -> EnvSpec:
+    try:
+        from agentkit.envs.textarena_env import game_spec
+    except ImportError as err:
+        raise MissingDependencyError(f"textarena/{game} needs TextArena: pip install -e '.[textarena]' ({err}).") from err
+    return game_spec(game)
+
+
+# families whose ids name another hub's environment (the rest of the id is the hub's own id); each
+# resolves on first lookup: gymnasium/<Gymnasium id>, textarena/<TextArena game id>
+FAMILY_RESOLVERS: dict[str, tuple[Callable[[str], EnvSpec], str]] = {
+    GYMNASIUM_PREFIX: (_gymnasium_spec, "gymnasium"), "textarena/": (_textarena_spec, "textarena")}
+
+
 def lookup(id: str) -> PluginSpec:
     """The registry's record of ``id``; an unknown id gets "did you mean" and, for a family an
-    extra provides, the install command."""
+    extra provides, the install command. ``gymnasium/<Gymnasium id>`` is registered on first lookup."""
+    for prefix, (resolve, hub) in FAMILY_RESOLVERS.items():
+        if id.startswith(prefix) and id not in REGISTRY.names():
+            REGISTRY.register(_plugin_spec(id, resolve(id.removeprefix(prefix)), hub))
     try:
         return REGISTRY.spec(id)
     except UnknownNameError as err:
@@ -309,6 +360,8 @@ def make(
                 f"Environment {id!r} (from {info.distribution!r}) built {type(env).__name__}, which has no "
                 f"{method}() method; an environment needs reset(), step() and close()."
             )
+    if isinstance(env, gymnasium.Env):
+        require_text_spaces(env, id)
     if clean:
         env = CleanObservation(env)
     if action_parser == "format":

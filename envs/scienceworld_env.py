@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
 import shutil
 import signal
@@ -63,6 +62,8 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
+
+from agentkit.envs.gym import TextEnv
 
 from agentkit.core.errors import ConfigError, EnvError, MissingDependencyError, did_you_mean
 
@@ -182,7 +183,7 @@ def _normalize(command: str) -> str:
     return " ".join(command.split()).lower()
 
 
-class ScienceWorldEnv:
+class ScienceWorldEnv(TextEnv):
     """ScienceWorld as an agentkit environment (see the module docstring for the details).
 
     Args:
@@ -310,8 +311,7 @@ class ScienceWorldEnv:
         if options:
             raise ConfigError(f"ScienceWorldEnv.reset takes no options, got {sorted(options)}; choose the task with seed.")
         server = self._server()
-        if seed is None:
-            seed = random.SystemRandom().randrange(self.num_tasks)
+        seed = self.task_seed(seed, self.num_tasks)
         task, variation = self.task_for_seed(seed)
         self._reset_episode_state()
         error = self._call(server.load, task, variation, self.simplifications, True)

@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agentkit.envs.gym import TextEnv
 from agentkit.envs.protocol import task_index
 from agentkit.envs.search_qa_corpus import (
     CORPUS_FILE,
@@ -182,7 +183,7 @@ def _split_questions(split: str, qa: str | os.PathLike | None, eval_qa: str | os
     return path, questions[-held_out:] if split == "eval" else questions[:-held_out]
 
 
-class SearchQAEnv:
+class SearchQAEnv(TextEnv):
     """Search-R1-style question answering over a corpus, with a retrieval backend.
 
     Args:
@@ -253,6 +254,7 @@ class SearchQAEnv:
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         if self.retriever is None:
             raise EnvError("reset() after close(); build a new SearchQAEnv.")
+        seed = self.task_seed(seed, len(self.questions))
         index = task_index(seed, len(self.questions), family="Search-QA", split=self.split)
         self._item = self.questions[index]
         self._done, self._searches, self._shown, self._won, self._score = False, 0, set(), False, 0.0

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import sys
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from agentkit.envs.gym import TextEnv
 
 from agentkit.core.errors import ConfigError, EnvError
 from agentkit.core.paths import build_folder_once, cache_dir
@@ -131,7 +132,7 @@ def game_path(challenge: str, split: str, seed: int, settings: dict[str, Any], r
     return game_file
 
 
-class TextWorldEnv:
+class TextWorldEnv(TextEnv):
     """A TextWorld challenge as an agentkit environment.
 
     Args:
@@ -186,8 +187,7 @@ class TextWorldEnv:
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         import textworld
 
-        if seed is None:
-            seed = int.from_bytes(os.urandom(4), "little") % SEEDS_PER_SPLIT
+        seed = self.task_seed(seed, SEEDS_PER_SPLIT)
         if not 0 <= seed < SEEDS_PER_SPLIT:
             raise ConfigError(f"TextWorld task seeds run from 0 to {SEEDS_PER_SPLIT - 1}, got {seed}.")
         game_file = game_path(self.challenge, self.split, seed, self.settings, self.cache)

@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from agentkit.envs.gym import TextEnv
 from agentkit.envs.protocol import task_index
 
 from agentkit.core.errors import ConfigError, EnvError
@@ -144,7 +145,7 @@ def parse_move(action: str) -> str | None:
     return None
 
 
-class VaultsEnv:
+class VaultsEnv(TextEnv):
     """Pass every chamber of a vault by taking the exit its family's rule names.
 
     Args:
@@ -188,7 +189,7 @@ class VaultsEnv:
 
     # -- the protocol ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        self.vault = self.task(seed)
+        self.vault = self.task(self.task_seed(seed, SEEDS_PER_SPLIT))
         self.chamber, self.in_dead_end, self.moves_left, self.done = 0, False, self.num_moves, False
         family = self.vault.family
         intro = (f"You stand at the door of the {family} vault. Pass its {self.num_chambers} chambers by choosing "

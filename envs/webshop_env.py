@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from agentkit.envs.gym import TextEnv
 from agentkit.envs.protocol import task_index
 from agentkit.envs.search_qa_retrieval import Retriever, make_retriever
 from agentkit.envs.webshop_catalog import (
@@ -99,7 +100,7 @@ def best_option(product: Product, wanted: str) -> tuple[str, str] | None:
     return best
 
 
-class WebShopEnv:
+class WebShopEnv(TextEnv):
     """WebShop's shopping tasks over a generated catalog or the original data.
 
     Args:
@@ -165,6 +166,7 @@ class WebShopEnv:
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         if self.retriever is None:
             raise EnvError("reset() after close(); build a new WebShopEnv.")
+        seed = self.task_seed(seed, len(self.goals))
         index = task_index(seed, len(self.goals), family="WebShop", split=self.split)
         self._goal = self.goals[index]
         self._page, self._chosen = Page("search"), {}

@@ -231,8 +231,8 @@ def test_env_info_of_every_builtin_imports_nothing():
         "import sys\n"
         "from agentkit.envs import REGISTRY, env_info\n"
         "infos = [env_info(s.name) for s in REGISTRY.specs() if s.distribution == 'agentkit']\n"
-        "print(len(infos), sorted(m for m in sys.modules if m.endswith('_env') or m in "
-        "('textworld', 'alfworld', 'scienceworld', 'bm25s')))\n"
+        "print(len(infos), sorted(m for m in sys.modules if m.startswith('agentkit.') and m.endswith('_env') or m in "
+        "('textworld', 'alfworld', 'scienceworld', 'bm25s', 'textarena')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 1)
     assert int(out[0]) == len(BUILTIN_IDS) >= 10 and out[1].strip() == "[]"

@@ -81,11 +81,13 @@ def _run_settings(model: str | None, keys: set[str], given: dict) -> dict:
     return base
 
 
-def _settings(args: argparse.Namespace, model, *, what: str):
+def _settings(args: argparse.Namespace, model, *, what: str, policy: str | None = None):
+    """The command's settings from its flags, --set and --config, over the settings of the training
+    run the policy (``policy``, else --model) belongs to."""
     from agentkit.core.config import load_settings, parse_assignment, settings_from_args, settings_of
 
     values = settings_from_args(args, model)
-    policy = values.get("model") or dict(parse_assignment(item) for item in args.set or []).get("model")
+    policy = policy or values.get("model") or dict(parse_assignment(item) for item in args.set or []).get("model")
     given = {**dict(parse_assignment(item) for item in args.set or []), **values}
     base = _run_settings(policy, {row.key for row in settings_of(model)}, given)
     return load_settings(model, args.config, args.set, values, what=what, base=base)
@@ -320,39 +322,93 @@ def cmd_demos(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
+def _eval_settings(args: argparse.Namespace, policy: str | None = None):
+    """``eval``'s settings with the environment's defaults filled in (``policy``: one of --compare's models)."""
     from agentkit.rollout.config import EvalConfig
     from agentkit.rollout.run import held_out_split, resolve_env
 
-    cfg = _settings(args, EvalConfig, what="eval settings")
-    cfg = cfg.model_copy(update={"env": resolve_env(cfg.env), "split": cfg.split or held_out_split(cfg.env.id)})
-    _quiet_hf()
+    cfg = _settings(args, EvalConfig, what="eval settings", policy=policy)
+    if policy is not None:
+        cfg = cfg.model_copy(update={"model": policy, "compare": []})
+    return cfg.model_copy(update={"env": resolve_env(cfg.env), "split": cfg.split or held_out_split(cfg.env.id)})
+
+
+def _play_eval(args: argparse.Namespace, cfg, *, label: str = "") -> tuple:
+    """One model's evaluation episodes with a progress bar: (stats, trajectories)."""
+    from tqdm import tqdm
+
     from agentkit.rollout.run import check_output, run_eval
     from agentkit.skillbank import policy_selector
 
     out = Path(cfg.out) if cfg.out else None
     if out is not None:
         check_output(out, append=cfg.append, overwrite=cfg.overwrite)
-    from tqdm import tqdm
-
-    bar = tqdm(total=cfg.episodes * cfg.samples, desc=f"eval {cfg.env.id} ({cfg.split})", unit="ep", disable=args.quiet)
+    bar = tqdm(total=cfg.episodes * cfg.samples, desc=f"eval {label}{cfg.env.id} ({cfg.split})", unit="ep",
+               disable=args.quiet)
     played: list = []
     try:
         stats = run_eval(cfg, _model_dir(cfg.model), out=out, progress=lambda t, s: bar.update(1),
                          skills=policy_selector(cfg.skills, env_id=cfg.env.id, seed=cfg.seed), played=played)
     finally:
         bar.close()
+    return stats, played
+
+
+def _write_report(console, path: str | None, report: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps(report, indent=1))
+        console.print(f"wrote the report to {path}")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    cfg = _eval_settings(args)
+    _quiet_hf()
+    if cfg.compare:
+        return _compare(args, cfg)
+    stats, played = _play_eval(args, cfg)
     how = "greedy" if cfg.samples == 1 else f"{cfg.samples} samples per task at temperature 1"
     console = _stdout_console()
-    _print_summary(console, f"{cfg.env.id} ({cfg.split}, {how})", stats, out, command="eval")
+    _print_summary(console, f"{cfg.env.id} ({cfg.split}, {how})", stats, cfg.out and Path(cfg.out), command="eval")
     from agentkit.rollout.report import eval_report
 
     report = eval_report(played)
     _print_report(console, report)
-    if cfg.report:
-        Path(cfg.report).write_text(json.dumps({"model": str(_model_dir(cfg.model)), "env": cfg.env.id,
-                                                "split": cfg.split, **report}, indent=1))
-        console.print(f"wrote the report to {cfg.report}")
+    _write_report(console, cfg.report, {"model": str(_model_dir(cfg.model)), "env": cfg.env.id, "split": cfg.split,
+                                        **report})
+    return 0
+
+
+# what must be equal for two models' episodes to be the same tasks and seeds
+_PAIRED = ("env", "split", "seed", "episodes", "samples")
+
+
+def _compare(args: argparse.Namespace, cfg) -> int:
+    """``eval --compare A B``: both models play the same tasks and seeds (each with the settings of
+    its own training run, as ``--model`` would), then the paired difference of their success."""
+    from agentkit.rollout.report import compare_report
+
+    cfgs = [_eval_settings(args, policy) for policy in cfg.compare]
+    differ = [name for name in _PAIRED if getattr(cfgs[0], name) != getattr(cfgs[1], name)]
+    if differ:
+        shown = "; ".join(f"{name}: {getattr(cfgs[0], name)!r} vs {getattr(cfgs[1], name)!r}" for name in differ)
+        raise ConfigError(f"--compare: the two runs would play different tasks ({shown}); give the setting as a flag "
+                          "(e.g. --env ID --env-kwargs ...) so both play the same.")
+    console = _stdout_console()
+    played = []
+    for label, one in zip("AB", cfgs, strict=True):
+        stats, episodes = _play_eval(args, one, label=f"{label} ")
+        _print_summary(console, f"{label}: {one.model} on {one.env.id} ({one.split})", stats, None, command="eval")
+        played.append(episodes)
+    report = compare_report(*played)
+    for label in "ab":
+        console.print(f"{label.upper()}: ", end="")
+        _print_report(console, report[label])
+    low, high = report["difference_ci95"]
+    console.print(f"paired difference A - B over {report['tasks']} tasks: {report['difference']:+.1%} "
+                  f"(95% CI {low:+.1%} to {high:+.1%})" + ("; the interval holds 0: no difference shown"
+                                                           if low <= 0 <= high else ""))
+    _write_report(console, cfg.report, {"model_a": str(_model_dir(cfgs[0].model)), "model_b": str(_model_dir(cfgs[1].model)),
+                                        "env": cfg.env.id, "split": cfg.split, **report})
     return 0
 
 
@@ -397,8 +453,23 @@ def cmd_view(args: argparse.Namespace) -> int:
 
     if args.max_episodes <= 0:
         raise ConfigError(f"--max-episodes must be positive, got {args.max_episodes}.")
-    out, episodes = write_report(Path(args.source), Path(args.out), model=args.model, max_episodes=args.max_episodes)
+    out, episodes = write_report(Path(args.source), Path(args.out), model=args.model, max_episodes=args.max_episodes,
+                                 episode=args.episode)
     print(f"wrote {out} ({episodes} episodes); open it in a browser")
+    if args.episode is not None:
+        from agentkit.view import episode_anchor
+
+        print(f"episode {args.episode}: {out.resolve().as_uri()}#{episode_anchor(args.episode)}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from agentkit.rollout.export import export
+
+    written, rows = export(args.source, args.to, args.out)
+    read = (f"datasets.load_from_disk({str(written)!r})" if args.to == "hf"
+            else f"datasets.load_dataset('parquet', data_files={str(written)!r}, split='train')")
+    print(f"wrote {rows} trajectories to {written}; read them with {read}, or train on them with --demos {written}")
     return 0
 
 
@@ -529,11 +600,27 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Write one static HTML file (no server, no network) listing the episodes of a trajectory "
                                    "file or a training run, with filters, each episode's turns, and per-token colouring by "
                                    "the teacher-student gap, SDAR gate, teacher top-1 confidence when the run recorded them.")
-    p.add_argument("source", help="A trajectory file (.jsonl) or a run folder of agentkit train.")
+    p.add_argument("source", help="A trajectory file (.jsonl), a run folder of agentkit train, or a dataset of "
+                                     "agentkit export (a Parquet file or folder, a save_to_disk folder).")
     p.add_argument("--out", default="report.html", help="HTML file to write.")
     p.add_argument("--model", help="Tokenizer folder for token texts (default: the run's checkpoint or model).")
     p.add_argument("--max-episodes", type=int, default=20_000, help="Most episodes put in the report (the first ones read).")
+    p.add_argument("--episode", metavar="ID", help="Also print the link that opens the report at this episode (a "
+                   "trajectory id, as the trackers' episode tables give it).")
     p.set_defaults(func=cmd_view)
+
+    from agentkit.rollout.export import FORMATS
+
+    p = sub.add_parser("export", help="Trajectories as a Hugging Face dataset (Parquet or save_to_disk).",
+                       description="Write the trajectories of a run folder or a JSONL file as a datasets.Dataset, one row "
+                                   "per episode with its turns nested and token ids as int lists; --demos reads it back. "
+                                   "Needs the datasets extra.")
+    p.add_argument("source", help="A run folder of agentkit train or a trajectory file (.jsonl).")
+    p.add_argument("--to", required=True, choices=FORMATS,
+                   help="parquet: DIR/trajectories.parquet (load_dataset('parquet', ...)); hf: a save_to_disk folder "
+                        "(datasets.load_from_disk).")
+    p.add_argument("out", metavar="DIR", help="A new (or empty) folder for the dataset.")
+    p.set_defaults(func=cmd_export)
 
     skills = sub.add_parser("skills", help="Skill banks: list, retrieve, extract.").add_subparsers(
         dest="skills_command", metavar="SUBCOMMAND")

@@ -75,12 +75,15 @@ from agentkit.core.faults import fault_active, fault_point
 from agentkit.core.jsonl import TrajectoryWriter, append_whole, read_trajectories
 from agentkit.core.model_files import adapter_base
 from agentkit.core.settings import GenerationSettings
+from agentkit.core.trajectory import Trajectory
 from agentkit.lora import BaseView, MergedWeights, add_adapter, resume_adapter
 from agentkit.objectives import Capabilities, make_objective, policy_logprobs
 from agentkit.objectives.common import off_policy_correction
 from agentkit.rollout import EpisodeSpec
 from agentkit.rollout.collector import RolloutStats
+from agentkit.rollout.export import read_source
 from agentkit.rollout.hf_backend import PRECISIONS, HFBackend, load_causal_lm, load_tokenizer, mixed_precision
+from agentkit.rollout.report import eval_report
 from agentkit.rollout.run import (
     capped_episodes,
     check_env_settings,
@@ -93,6 +96,7 @@ from agentkit.rollout.run import (
 from agentkit.scoring import build_teacher_and_judge, resolve_teacher_spec, score_step
 from agentkit.signals import episode_signals
 from agentkit.skill_credit import skill_credits
+from agentkit.trackers import Trackers, check_installed, open_trackers
 from agentkit.train_config import TrainConfig, TrainSection, dump_config, load_config
 
 
@@ -161,6 +165,10 @@ def _drop_lost_steps(run_dir: Path, last_step: int, *, keep_trajectories: bool =
         number = path.name.removeprefix("step-").split(".")[0]
         if number.isdigit() and int(number) > last_step:
             path.unlink()
+
+
+# eval_report's figures that eval.jsonl records beside _summary's
+_EVAL_REPORT_KEYS = ("success_ci95", "mean_turns_solved", "by_task_type")
 
 
 def _summary(stats: RolloutStats) -> dict[str, float]:
@@ -260,6 +268,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
                               "COMPLETE marker (damaged, or written by an agentkit without markers). Move them away "
                               "to start the run again from step 0, or choose another --out.")
         original = load_config(saved)
+        check_installed(original.log.report_to)  # the run's trackers, before anything is written
         # only the length of the run may change on resume: from the command line when --steps was
         # given (``given`` lists what was); from a config built in Python (``given`` None) always
         given = {"train.steps": cfg.train.steps} if given is None else dict(given)
@@ -287,6 +296,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
                   "with its saved config.", file=sys.stderr)
             return cfg, run_dir, None
         return cfg, run_dir, last
+    check_installed(cfg.log.report_to)
     cfg = resolve_defaults(cfg)
     # a mistyped model or teacher folder fails at once, naming it, before anything is written
     from agentkit.models import resolve_model_dir
@@ -345,6 +355,7 @@ class Run:
     last_checkpoint: Path | None = None
     generator: Any = None  # agentkit.async_rollout.Generator: the async run's generator process
     trainer_old_logprobs: bool = False  # pi_old from the trainer's forward (train.old_logprobs)
+    trackers: Trackers = field(default_factory=Trackers)  # log.report_to (the main process's; none elsewhere)
 
     def skill_selector(self, seed: int, *, sees: bool):
         if self.bank is None:
@@ -355,6 +366,7 @@ class Run:
                              show_policy=sees)
 
     def close(self) -> None:
+        self.trackers.close()
         if self.generator is not None:
             self.generator.close()
         for envs in (self.train_envs, self.eval_envs):
@@ -440,7 +452,7 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
             engine_sync(backend, sampler, cfg.train)
     else:  # the backend samples with the very module being trained: syncing weights is free here
         backend = HFBackend(sampler, tokenizer, seed=cfg.seed, name=str(base_model), device=str(ranks.device))
-    demos = read_trajectories(cfg.train.demos) if needs.uses_demonstrations else None
+    demos = read_source(cfg.train.demos) if needs.uses_demonstrations else None
     if demos is not None:
         _check_token_ids(demos, len(tokenizer), cfg.train.demos)
     (run_dir / "trajectories").mkdir(exist_ok=True)
@@ -452,6 +464,10 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
     old_from = cfg.train.old_logprobs
     trainer_old = old_from == "trainer" or (old_from == "auto" and (cfg.backend.kind != "hf" or cfg.async_rl.enabled
                                                                     or cfg.train.precision != "fp32"))
+    trackers = Trackers()  # only the main process reports
+    if ranks.is_main:
+        trackers = open_trackers(cfg.log.report_to, run_dir, config=cfg.model_dump(mode="json"), first_step=first_step,
+                                 project=cfg.log.project, table_episodes=cfg.log.table_episodes, seed=cfg.seed)
     return Run(cfg=cfg, run_dir=run_dir, ranks=ranks, tokenizer=tokenizer, policy=policy, model=model, sampler=sampler,
                optimizer=optimizer, backend=backend, objective=objective, needs=needs, teacher=teacher, judge=judge,
                bank=bank, retriever=retriever, reference=reference, demos=demos,
@@ -459,7 +475,7 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
                eval_envs=make_envs(cfg.env, cfg.eval.split) if ranks.is_main else None,
                first_step=first_step, bad_update_streak=saved_state.get("bad_update_streak", 0),
                env_error_streak=saved_state.get("env_error_streak", 0), generator=generator,
-               trainer_old_logprobs=trainer_old)
+               trainer_old_logprobs=trainer_old, trackers=trackers)
 
 
 def load_policy(path: Path, train: TrainSection, *, resumed: bool = False, device: torch.device | str = "cpu"):
@@ -705,13 +721,16 @@ def sync(run: Run, batch, step: int) -> dict[str, float]:
     return {"vllm_sync_error": run.backend.sync_error(weights, probe)}
 
 
-def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> RolloutStats:
+def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> tuple[RolloutStats, dict[str, Any]]:
     """Greedy episodes on seeds 0..episodes-1 of the held-out split (``skills``: a ``SkillSelector``
-    for policies that see retrieved skills)."""
+    for policies that see retrieved skills): the rollout's statistics and ``eval_report``'s figures
+    (success with its 95% Wilson interval, mean turns of solved episodes, per task type)."""
     collector = make_collector(backend, envs, env=cfg.env, split=cfg.eval.split,
                                sampling=sampling_params(GenerationSettings(max_new_tokens=cfg.sampling.max_new_tokens), 0),
                                context=cfg.context, skills=skills)
-    return collector.run([EpisodeSpec(seed) for seed in range(episodes)], lambda t: None)
+    played: list[Trajectory] = []
+    stats = collector.run([EpisodeSpec(seed) for seed in range(episodes)], played.append)
+    return stats, eval_report(played)
 
 
 def checkpoint(run: Run, step: int) -> None:
@@ -734,11 +753,16 @@ def _resumable(run_dir: Path, err: OSError) -> DiskFullError:
                          f"{shlex.quote(str(run_dir))} --resume")
 
 
+def step_file(run: Run, step: int) -> Path:
+    """The file holding the episodes the step trained on: its trajectories, or the demonstrations."""
+    return Path(run.cfg.train.demos) if run.demos is not None else run.run_dir / "trajectories" / f"step-{step + 1}.jsonl"
+
+
 def _check_divergence(run: Run, step: int) -> None:
     cfg = run.cfg
     if not (cfg.train.max_bad_updates and run.bad_update_streak >= cfg.train.max_bad_updates):
         return
-    data_file = cfg.train.demos if run.demos is not None else run.run_dir / "trajectories" / f"step-{step + 1}.jsonl"
+    data_file = step_file(run, step)
     raise TrainingDivergedError(
         f"{run.bad_update_streak} updates in a row had a NaN or inf loss or gradient (the last at step "
         f"{step + 1}; train.max_bad_updates={cfg.train.max_bad_updates}), so the run stops. Each was "
@@ -786,13 +810,16 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
                       "collect_s": collect_s, "update_s": update_s, "prepare_s": prepare_s, **batch.metrics, **synced, **updated.objective_metrics}
             last = step + 1 == cfg.train.steps
             if ranks.is_main and (last or (cfg.eval.every and (step + 1) % cfg.eval.every == 0)):
-                stats = evaluate(run.backend, cfg, run.eval_envs, cfg.eval.episodes,
-                                 skills=run.skill_selector(cfg.seed, sees=True) if run.needs.policy_sees_skills else None)
-                run.last_eval = {"step": step + 1, "split": cfg.eval.split, "episodes": stats.episodes, **_summary(stats)}
+                stats, report = evaluate(run.backend, cfg, run.eval_envs, cfg.eval.episodes,
+                                         skills=run.skill_selector(cfg.seed, sees=True) if run.needs.policy_sees_skills else None)
+                run.last_eval = {"step": step + 1, "split": cfg.eval.split, "episodes": stats.episodes, **_summary(stats),
+                                 **{key: report[key] for key in _EVAL_REPORT_KEYS if key in report}}
                 _append_jsonl(run.run_dir / "eval.jsonl", run.last_eval)
+                run.trackers.log_eval(step + 1, run.last_eval)
             record["step_s"] = time.perf_counter() - started
             if ranks.is_main:
                 _append_jsonl(run.run_dir / "metrics.jsonl", record)
+                run.trackers.log_step(step + 1, record, trajectories, step_file(run, step))
             _check_divergence(run, step)
             if last or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
                 checkpoint(run, step)

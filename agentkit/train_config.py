@@ -9,13 +9,15 @@ renamed key); cross-field checks say what to change.
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from agentkit.core.config import describe_settings, load_settings
+from agentkit.core.errors import did_you_mean
 from agentkit.core.settings import (
     RUNTIME,
     ContextSettings,
@@ -90,7 +92,7 @@ class TrainSection(Settings):
         False, json_schema_extra=flag("--gradient-checkpointing") | RUNTIME,
         description="Keep only each layer's input in the forward pass and recompute the rest in the backward pass: "
         "activation memory of a long episode falls from every layer's to one layer's, for about one more forward pass.")
-    demos: str | None = Field(None, description="Demonstrations JSONL (agentkit demos) for objectives that train on them.")
+    demos: str | None = Field(None, description="Demonstrations for objectives that train on them: a JSONL file (agentkit demos) or a dataset of trajectories (agentkit export: a Parquet file or folder, a save_to_disk folder).")
     demos_per_step: int = Field(16, gt=0, description="Demonstration episodes per step.")
     old_logprobs: Literal["auto", "trainer", "sampler"] = Field(
         "auto", description="pi_old of the policy-gradient ratio. trainer: one no-gradient forward of the trained model per "
@@ -138,8 +140,37 @@ class CheckpointSection(Settings):
     keep: int = Field(2, gt=0, json_schema_extra=flag("--checkpoint-keep") | RUNTIME, description="Checkpoints kept (oldest removed).")
 
 
+TRACKERS = Literal["tensorboard", "wandb", "mlflow"]
+
+
 class LogSection(Settings):
     signal_episodes: int = Field(4, ge=0, json_schema_extra=RUNTIME, description="Episodes per step whose per-token teacher signals (teacher logprob, teacher-student gap, top-1 confidence, SDAR gate, SAGE-OPD turn labels) go to RUN_DIR/signals/step-N.jsonl for agentkit view; the trajectory files stay as they are. 0 = none.")
+    report_to: list[TRACKERS] = Field(
+        default_factory=list, json_schema_extra=flag("--report-to") | RUNTIME,
+        description="Experiment trackers that get the metrics, eval results (under eval/), the config and a table of "
+                    "a few episodes per step: any of tensorboard (RUN_DIR/tensorboard), wandb, mlflow, as words or a "
+                    "comma list (none: no tracker). Each is an extra: pip install 'agentkit[wandb]'. Keys and "
+                    "addresses come from the environment only (WANDB_API_KEY, WANDB_MODE, MLFLOW_TRACKING_URI, ...).")
+    project: str | None = Field(None, json_schema_extra=RUNTIME,
+                                description="W&B project and MLflow experiment of the run, whose name is the run "
+                                            "folder's (default: WANDB_PROJECT / MLFLOW_EXPERIMENT_NAME, else agentkit).")
+    table_episodes: int = Field(4, ge=0, json_schema_extra=RUNTIME,
+                                description="Episodes per step in the trackers' episode table (id, task, prompt, "
+                                            "response, reward, won, and the agentkit view command that opens it). 0 = no table.")
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _words_or_commas(cls, value: Any) -> Any:
+        """``tensorboard,wandb`` as well as a list; ``none`` means no tracker; each named once."""
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list):
+            return value
+        words = [w.strip() for item in items for w in (item.split(",") if isinstance(item, str) else [item])]
+        known = typing.get_args(TRACKERS)
+        for word in words:
+            if word not in (*known, "", "none"):
+                raise ValueError(f"{word!r} is not a tracker.{did_you_mean(str(word), known)} Known: {', '.join(known)}.")
+        return list(dict.fromkeys(w for w in words if w not in ("", "none")))
 
 
 class TrainConfig(Settings):

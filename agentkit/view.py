@@ -13,6 +13,11 @@ A source is a trajectory file (JSONL) or a run folder (its ``trajectories/step-N
 ``signals/step-N.jsonl``). Token texts come from the run's tokenizer (``--model``, else the run's
 latest checkpoint or configured model, else the trajectories' model folder, else none: the
 response text is shown whole).
+
+An episode has an address in the report: ``report.html#episode=ID`` (``&step=N`` in a run's report),
+ID the trajectory's id, URL-encoded (``episode_anchor``). Opening it shows that episode; picking
+an episode puts its address in the location bar. ``agentkit view SOURCE --episode ID`` prints it.
+The episode tables of the experiment trackers (``agentkit.trackers``) carry that command.
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ from __future__ import annotations
 import html
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from agentkit.core.errors import ConfigError
 from agentkit.core.jsonl import iter_trajectories
 from agentkit.core.trajectory import Trajectory
+from agentkit.rollout.export import read_source
 
 _STEP_FILE = re.compile(r"step-(\d+)\.jsonl$")
 SIGNAL_KEYS = ("gap", "gate", "top1", "student", "teacher")
@@ -118,7 +126,9 @@ def collect(source: Path, *, model: str | None = None, max_episodes: int = 20_00
     source = Path(source)
     if not source.exists():
         raise ConfigError(f"{source} does not exist: give a trajectory file (.jsonl) or a run folder.")
-    if source.is_dir():
+    dataset = source.suffix == ".parquet" or (source.is_dir() and not (source / "trajectories").is_dir() and (
+        (source / "dataset_info.json").is_file() or any(source.glob("*.parquet"))))  # agentkit export's
+    if source.is_dir() and not dataset:
         files = _step_files(source / "trajectories")
         if not files:
             raise ConfigError(f"{source} has no trajectories/step-N.jsonl: is it a run folder of `agentkit train`?")
@@ -129,7 +139,7 @@ def collect(source: Path, *, model: str | None = None, max_episodes: int = 20_00
     truncated = False
     for step, path in files:
         signals = read_signals(signal_files[step]) if step in signal_files else {}
-        for trajectory in iter_trajectories(path):
+        for trajectory in read_source(path) if dataset else iter_trajectories(path):
             if len(loaded) >= max_episodes:
                 truncated = True
                 break
@@ -164,12 +174,28 @@ def render(data: dict[str, Any]) -> str:
     return re.sub("__TITLE__|__DATA__", lambda m: fill[m.group()], _PAGE)  # one pass: neither fills the other
 
 
-def write_report(source: Path, out: Path, *, model: str | None = None, max_episodes: int = 20_000) -> tuple[Path, int]:
-    """Write the report; return (its path, episodes in it)."""
+def episode_anchor(episode_id: str, step: int | None = None) -> str:
+    """The report's URL fragment (after ``#``) that opens episode ``episode_id`` (of ``step``, in a run's report)."""
+    return "episode=" + quote(episode_id, safe="") + ("" if step is None else f"&step={step}")
+
+
+def view_command(source: Path, episode_id: str) -> str:
+    """The shell command that writes the report of ``source`` and prints the link that opens the episode."""
+    return f"agentkit view {shlex.quote(str(source))} --out report.html --episode {shlex.quote(episode_id)}"
+
+
+def write_report(source: Path, out: Path, *, model: str | None = None, max_episodes: int = 20_000,
+                 episode: str | None = None) -> tuple[Path, int]:
+    """Write the report; return (its path, episodes in it). ``episode``: an id the report must hold
+    (refused before anything is written when it does not)."""
     out = Path(out)
     if out.is_dir():
         raise ConfigError(f"--out {out} is a directory; give a file name such as {out / 'report.html'}.")
     data = collect(source, model=model, max_episodes=max_episodes)
+    if episode is not None and not any(e["id"] == episode for e in data["episodes"]):
+        raise ConfigError(f"--episode {episode!r}: no episode with that id in {source}"
+                          + (f" (its first {max_episodes} read; raise --max-episodes)" if data["truncated"] else "")
+                          + "; the ids are the trajectories' \"id\" fields.")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(render(data), encoding="utf-8")
@@ -252,7 +278,19 @@ function drawList() {
     (e.signals ? " · signals" : "") + "</div></div>");
   $("list").innerHTML = rows.join("");
 }
-$("list").addEventListener("click", ev => { const el = ev.target.closest(".ep"); if (el) { current = shown[+el.dataset.i]; drawList(); drawEpisode(); } });
+$("list").addEventListener("click", ev => { const el = ev.target.closest(".ep"); if (el) { current = shown[+el.dataset.i]; drawList(); drawEpisode(); history.replaceState(null, "", "#" + anchorOf(current)); } });
+// an episode's address: #episode=ID (URL-encoded) and, in a run's report, &step=N (agentkit.view.episode_anchor)
+function anchorOf(e) { return "episode=" + encodeURIComponent(e.id) + (e.step != null ? "&step=" + e.step : ""); }
+function openAnchor() {
+  const params = new URLSearchParams(location.hash.slice(1)), id = params.get("episode"), step = params.get("step");
+  if (id === null) return;
+  const e = EPS.find(x => x.id === id && (step === null || String(x.step) === step)) || EPS.find(x => x.id === id);
+  if (!e) { $("main").innerHTML = '<p class="bad">no episode ' + esc(id) + " in this report</p>"; return; }
+  const at = shown.indexOf(e);
+  if (at >= 0) page = Math.floor(at / PAGE);
+  current = e; drawList(); drawEpisode();
+}
+window.addEventListener("hashchange", openAnchor);
 $("prev").onclick = () => { page = Math.max(0, page - 1); drawList(); };
 $("next").onclick = () => { page += 1; drawList(); };
 ["f-outcome", "f-env", "f-type", "f-step", "f-signals"].forEach(id => $(id).addEventListener("change", applyFilters));
@@ -279,7 +317,7 @@ function drawEpisode() {
   if (!mode || !modes.includes(mode)) mode = modes[0];
   const picker = modes.map(m => '<option value="' + m + '"' + (m === mode ? " selected" : "") + ">" + MODES[m].name + "</option>").join("");
   let out = "<h3>" + esc(e.task || e.id) + "</h3>" +
-    '<div class="muted">' + esc(e.id) + " · " + esc(e.env) + " · " + esc(e.split) + (e.step != null ? " · step " + e.step : "") +
+    '<div class="muted"><a id="anchor" href="#' + esc(anchorOf(e)) + '" title="this episode\'s address">' + esc(e.id) + "</a>" + " · " + esc(e.env) + " · " + esc(e.split) + (e.step != null ? " · step " + e.step : "") +
     ' · <span class="' + (e.won ? "won" : "lost") + '">' + (e.won ? "won" : "lost") + "</span> · return " + e.ret + " · score " + e.score + "</div>";
   if (e.err) out += '<p class="bad">error: ' + esc(e.err) + "</p>";
   out += "<p>skills: " + (e.skills.length ? e.skills.map(s => '<span class="skill">' + esc(s) + "</span>").join("") : '<span class="muted">none retrieved</span>') + "</p>";
@@ -305,5 +343,6 @@ function tokens(t) {
     return '<span class="tok" data-v="' + (v === undefined ? "" : v) + '" title="' + (mode ? MODES[mode].name + ": " + v : "") + '" style="background:' + (mode ? colour(mode, v) : "transparent") + '">' + esc(p) + "</span>"; }).join("");
 }
 applyFilters();
+openAnchor();
 </script></body></html>
 """

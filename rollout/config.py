@@ -64,11 +64,25 @@ class EvalConfig(OutputSettings):
     report: str | None = Field(None, description="Write the evaluation's figures (success with its 95% interval, "
                                                  "pass@k, per task type) to this JSON file.")
     split: str | None = Field(None, description="Split to evaluate on (default: the environment's held-out split).")
+    compare: list[str] = Field(default_factory=list, description=(
+        "Two models A B (run folders, checkpoints or model folders) instead of --model: both play the same tasks "
+        "and seeds, and the report gives the paired difference of success A - B with its 95% interval."))
     env: EnvSettings = Field(default_factory=EnvSettings)
     sampling: GenerationSettings = Field(default_factory=GenerationSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     skills: SkillSettings = Field(default_factory=SkillSettings)
     backend: BackendSettings = Field(default_factory=backend_default)
+
+    @model_validator(mode="after")
+    def _two_to_compare(self) -> EvalConfig:
+        if self.compare and len(self.compare) != 2:
+            raise ValueError(f"compare takes two models, A and B, got {len(self.compare)}: write --compare RUN_A RUN_B")
+        if self.compare and self.model:
+            raise ValueError("give either --model or --compare A B, not both (--compare plays both models)")
+        if self.compare and self.out:
+            raise ValueError("--out holds one model's trajectories; with --compare, write the figures with --report FILE "
+                             "(or run eval --model A --out ... and eval --model B --out ... on the same --seed)")
+        return self
 
 
 class DemosConfig(OutputSettings):

@@ -19,7 +19,7 @@ if ((${#need[@]})); then
   fi
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-python3 -m pip install -q -c constraints.txt -e '.[textworld,alfworld,scienceworld,search,pyserini,ray,distributed,openai,lora,dev]'
+python3 -m pip install -q -c constraints.txt -e '.[textworld,alfworld,scienceworld,search,pyserini,ray,distributed,openai,lora,datasets,textarena,tensorboard,wandb,mlflow,dev]'
 export AGENTKIT_REQUIRE_BROWSER=1  # the browser tests fail, not skip, without Chromium here
 export AGENTKIT_ARTIFACTS="${AGENTKIT_ARTIFACTS:-artifacts}"  # screenshots of the report, plots
 # The default suite deselects the slow tests (pyproject's addopts: -m 'not slow'); they run second, in

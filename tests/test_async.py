@@ -130,6 +130,7 @@ def _played(run: Path, step: int) -> list[tuple]:
     return sorted((t.id, [turn.response_ids for turn in t.turns]) for t in trajectories)
 
 
+@pytest.mark.slow  # 25-45 s here
 def test_async_without_staleness_plays_what_sync_plays(tmp_path, vaults_sft_model):
     """max_staleness 0: every step starts from the weights of the step before, as in sync training; the
     generator's own copy of them plays the same episodes, token for token, and the update is the same."""
@@ -149,6 +150,7 @@ def test_async_without_staleness_plays_what_sync_plays(tmp_path, vaults_sft_mode
         assert b["mismatch_kl"] < 1e-6 and "generator_play_s" in b
 
 
+@pytest.mark.slow  # 25-45 s here
 def test_async_run_killed_mid_update_resumes_without_losing_or_repeating_episodes(tmp_path, vaults_sft_model):
     run = tmp_path / "run"
     killed = train_cli(run, vaults_sft_model, "--async", "--max-staleness", "2", steps=5, fault="update@3")
@@ -174,6 +176,7 @@ def test_async_run_killed_mid_update_resumes_without_losing_or_repeating_episode
     assert not list((run / "trajectories").glob("*.part"))
 
 
+@pytest.mark.slow  # 25-45 s here
 def test_a_generator_that_dies_stops_the_run_and_resume_finishes_its_step(tmp_path, vaults_sft_model):
     run = tmp_path / "run"
     died = train_cli(run, vaults_sft_model, "--async", steps=3, fault="generator@2")

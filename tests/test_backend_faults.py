@@ -207,6 +207,7 @@ def _rollout(url: str, model: Path, out: Path, *extra: str) -> subprocess.Comple
 
 
 @pytest.mark.textworld
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_episodes_cut_by_a_failed_generate_are_not_handed_out(server, tiny_model_dir):
     """The collector hands out (to the writer) only episodes that ended; when generate raises, the
     episodes it was generating for are dropped, whatever turns they had."""

@@ -34,6 +34,7 @@ def test_help_imports_nothing_heavy():
 
 
 @pytest.mark.textworld
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_rollout_textworld_writes_valid_trajectories(tiny_model_dir, tmp_path):
     pytest.importorskip("textworld")
     out = tmp_path / "tw.jsonl"
@@ -47,6 +48,7 @@ def test_rollout_textworld_writes_valid_trajectories(tiny_model_dir, tmp_path):
     assert all(len(t.turns) == 3 and t.env == "textworld/simple-v0" for t in trajectories)
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_rollout_on_plugin_environment(tiny_model_dir, plugin_site, tmp_path):
     listed = run_cli("envs", "list", extra_path=plugin_site)
     assert "demo/lock-v0" in listed.stdout and "agentkit-plugin-demo" in listed.stdout
@@ -84,6 +86,7 @@ def test_bad_input_is_a_clear_error(tiny_model_dir, tmp_path, args, message):
     assert re.search(message, result.stderr), result.stderr
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_existing_output_is_refused_then_appended(tiny_model_dir, plugin_site, tmp_path):
     out = tmp_path / "t.jsonl"
     out.write_text("precious\n")
@@ -102,6 +105,7 @@ def test_existing_output_is_refused_then_appended(tiny_model_dir, plugin_site, t
 
 
 @pytest.mark.textworld
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_rollout_with_no_flags_just_works(tmp_path, agentkit_cache):
     """The README's main command: defaults everywhere, with the shipped default model (the recipe's policy)."""
     pytest.importorskip("textworld")

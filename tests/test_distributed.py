@@ -108,6 +108,7 @@ def test_torchrun_matches_one_process_and_the_ranks_agree(single, two_ranks):
     assert not list((two_ranks / "run").glob("**/*rank*")), "one run folder, written by the main process"
 
 
+@pytest.mark.slow  # 25-45 s here
 def test_a_two_rank_checkpoint_resumes_under_torchrun_and_in_one_process(single, two_ranks, tmp_path):
     run, copy = tmp_path / "run", tmp_path / "copy"
     _launch([*TORCHRUN, "-m", "agentkit.cli", "train", *_cli(run, steps=1)])
@@ -122,6 +123,7 @@ def test_a_two_rank_checkpoint_resumes_under_torchrun_and_in_one_process(single,
     _matches_one_process(copy, single, "2 ranks, then resumed in one process")
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_a_one_process_checkpoint_resumes_under_torchrun(single, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(single, run)
@@ -130,6 +132,7 @@ def test_a_one_process_checkpoint_resumes_under_torchrun(single, tmp_path):
     _matches_one_process(run, single, "1 process, then resumed on 2 ranks")
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_accelerate_launch_matches_one_process(single, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -324,6 +324,7 @@ def test_the_writer_refuses_what_the_reader_would_and_keeps_what_it_wrote(backen
     json.loads(path.read_text())
 
 
+@pytest.mark.slow  # 25-45 s here
 def test_demonstrations_with_ids_outside_the_vocabulary_are_refused_before_training(tiny_model_dir, demos, tmp_path):
     from agentkit.rollout.hf_backend import load_tokenizer
 

@@ -91,3 +91,43 @@ def test_eval_samples_report_pass_at_k_and_write_json(vaults_sft_model, tmp_path
     assert "pass@4" in done.stdout and "95% CI" in done.stdout
     lines = (tmp_path / "eval.jsonl").read_text().splitlines()
     assert len(lines) == 12 and {json.loads(line)["sample"] for line in lines} == {0, 1, 2, 3}
+
+
+@pytest.mark.slow  # 25-45 s here
+def test_eval_compare_plays_both_models_on_the_same_tasks(sft_model, tiny_model_dir, tmp_path):
+    """``eval --compare A B``: A's episodes are the ones ``eval --model A`` plays on the same seeds, and
+    the paired difference over one greedy episode per task is A's success rate minus B's."""
+    import json
+    import subprocess
+    import sys
+
+    common = ["--env", "textworld/coin-v0", "--env-kwargs", "level=1", "--max-turns", "3", "--episodes", "4",
+              "--seed", "2"]
+
+    def eval_(*flags: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "agentkit.cli", "eval", *common, *flags, "--quiet"],
+                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done
+
+    done = eval_("--compare", str(sft_model), str(tiny_model_dir), "--report", "compare.json")
+    eval_("--model", str(sft_model), "--report", "a.json")
+    compared, alone = json.loads((tmp_path / "compare.json").read_text()), json.loads((tmp_path / "a.json").read_text())
+    assert compared["tasks"] == 4 and compared["a"]["episodes"] == compared["b"]["episodes"] == 4
+    assert compared["a"]["success_rate"] == alone["success_rate"] > compared["b"]["success_rate"]
+    assert compared["difference"] == pytest.approx(compared["a"]["success_rate"] - compared["b"]["success_rate"])
+    low, high = compared["difference_ci95"]
+    assert low <= compared["difference"] <= high
+    assert compared["model_a"] == str(sft_model) and "paired difference A - B over 4 tasks" in done.stdout
+
+
+def test_eval_compare_refuses_what_cannot_be_paired(tmp_path):
+    import subprocess
+    import sys
+
+    for flags, said in ((["--compare", "a"], "compare takes two models"),
+                        (["--compare", "a", "b", "--model", "c"], "not both"),
+                        (["--compare", "a", "b", "--out", "x.jsonl"], "--report FILE")):
+        done = subprocess.run([sys.executable, "-m", "agentkit.cli", "eval", "--env", "vaults/vaults-v0", *flags],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode != 0 and said in done.stderr and "Traceback" not in done.stderr, done.stderr

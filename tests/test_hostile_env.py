@@ -220,6 +220,7 @@ if __name__ == "__main__":
 
 
 # -- 8. a hung reset is bounded by env.reset_timeout ----------------------------------------------
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_a_hung_reset_ends_its_episode_after_reset_timeout_and_the_run_goes_on(tiny_model_dir, tmp_path):
     out = tmp_path / "t.jsonl"
     started = time.time()
@@ -283,6 +284,7 @@ def _error_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_a_full_disk_ends_a_rollout_in_one_line_and_resume_completes_it(tiny_model_dir, tmp_path):
     disk = tmp_path / "disk"
     out = disk / "t.jsonl"

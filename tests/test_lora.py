@@ -93,6 +93,7 @@ def test_a_teacher_that_is_the_base_reads_the_policys_own_weights(vaults_sft_mod
         run.close()
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_a_checkpoint_is_the_adapter_and_loads_as_base_plus_adapter(vaults_sft_model, vaults_demos, tmp_path):
     from agentkit.rollout.hf_backend import load_causal_lm
 

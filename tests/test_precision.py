@@ -131,6 +131,7 @@ def test_bf16_places_the_frozen_models_in_bf16_and_recomputes_pi_old(tiny_model_
         fp32.close()
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_the_loop_trains_in_bf16_with_checkpointing_from_the_flags(tiny_model_dir, tmp_path):
     import subprocess
     import sys

@@ -243,6 +243,7 @@ def test_cli_rollout_on_a_ray_cluster(ray_cluster, cluster_env, tiny_model_dir, 
     assert len(theirs) == 2 and all(a["State"] == "DEAD" for a in theirs), json.dumps(theirs, default=str)[:2000]
 
 
+@pytest.mark.slow  # 25-45 s here
 def test_train_with_ray_env_workers_equals_in_process(ray_cluster, cluster_env, tiny_model_dir, tmp_path):
     """`agentkit train` with env.ray: the same rollouts, hence the same step, as environments in process."""
     pytest.importorskip("textworld")

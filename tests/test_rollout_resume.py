@@ -79,6 +79,7 @@ def reference(tiny_model_dir, tmp_path_factory) -> tuple[Path, dict[str, Traject
     return out, {t.id: t for t in trajectories}
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_sigkill_then_resume_completes_without_duplicates(tiny_model_dir, reference, tmp_path):
     out = tmp_path / "killed.jsonl"
     at_least = 3

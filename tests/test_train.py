@@ -43,6 +43,7 @@ def test_one_sft_step_changes_every_parameter_and_writes_the_run_folder(tiny_mod
     assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_sft_learns_the_task(sft_model, tmp_path):
     from agentkit.rollout.config import RolloutConfig
     from agentkit.rollout.run import run_rollout
@@ -112,6 +113,7 @@ def test_bad_config_is_a_clear_error(overrides, message):
         load_config(None, overrides)
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_yaml_config_and_run_folder_guards(tmp_path, tiny_model_dir, demos):
     bad = tmp_path / "bad.yaml"
     bad.write_text("- just\n- a list\n")
@@ -130,6 +132,7 @@ def test_yaml_config_and_run_folder_guards(tmp_path, tiny_model_dir, demos):
     assert (tmp_path / "run" / "keep.txt").read_text() == "x"
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_external_objective_plugin_trains(tiny_model_dir, demos, tmp_path):
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",

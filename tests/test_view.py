@@ -182,6 +182,28 @@ def test_view_of_a_large_file_pages_and_filters(sdar_run, tmp_path, browser):
           f"page/filter/open in {time.perf_counter() - started:.2f}s")
 
 
+def test_an_episode_address_opens_that_episode(sdar_run, tmp_path, browser):
+    """report.html#episode=ID&step=N (``episode_anchor``, as the trackers' tables and ``view --episode``
+    give it) opens that episode; picking another puts its address in the location bar."""
+    from selenium.webdriver.common.by import By
+
+    from agentkit.view import episode_anchor
+
+    report = tmp_path / "report.html"
+    assert run_cli("view", str(sdar_run), "--out", str(report)).returncode == 0
+    wanted = sorted(t.id for t in read_trajectories(sdar_run / "trajectories" / "step-2.jsonl"))[-1]
+    browser.get(report.resolve().as_uri() + "#" + episode_anchor(wanted, 2))
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert browser.find_element(By.ID, "anchor").text == wanted
+    assert "step 2" in browser.find_element(By.ID, "main").text
+    assert browser.find_element(By.CSS_SELECTOR, ".ep.sel")  # and listed, on the page shown
+    browser.find_elements(By.CSS_SELECTOR, ".ep")[0].click()
+    address = browser.find_element(By.ID, "anchor").get_attribute("href").split("#", 1)[1]
+    assert browser.execute_script("return location.hash") == "#" + address != "#" + episode_anchor(wanted, 2)
+    browser.get(report.resolve().as_uri() + "#" + episode_anchor("no-such-episode"))
+    assert "no episode no-such-episode in this report" in browser.find_element(By.ID, "main").text
+
+
 def test_view_rejects_bad_sources(tmp_path):
     missing = run_cli("view", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "r.html"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr

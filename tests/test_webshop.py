@@ -569,6 +569,7 @@ def test_worker_rollout_equals_in_process_rollout(backend, catalog_dir):
     assert played[0] == played[1] and played[0][1] is True
 
 
+@pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_cli_lists_checks_and_rolls_out(tiny_model_dir, catalog_dir, tmp_path):
     from agentkit.core.jsonl import read_trajectories
 

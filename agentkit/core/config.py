@@ -123,6 +123,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser, model: type[BaseMode
             kwargs["metavar"] = row.key.split(".")[-1].split("_")[-1].upper()
         elif origin in (list, tuple):
             kwargs["nargs"] = "*"
+            item = typing.get_args(row.annotation)[:1]
+            if item and typing.get_origin(item[0]) is Literal:  # the words it takes, as argparse shows choices
+                kwargs["metavar"] = "{" + ",".join(map(str, typing.get_args(item[0]))) + "}"
         elif origin is dict or row.annotation is dict:
             kwargs["nargs"] = "+"
             kwargs["metavar"] = "KEY=VALUE"

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from agentkit.core.errors import MissingDependencyError
+from agentkit.core.errors import ConfigError, MissingDependencyError
 from agentkit.core.trajectory import Trajectory
 
 STATE_FILE = "trackers.json"  # the backends' run ids, for --resume
@@ -263,12 +263,15 @@ def _dotted(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 class Backend:
     module: str  # the package that must be installed (the extra of the same name brings it)
     make: Callable[..., Tracker]
+    fix: str  # what to do when it does not start
 
 
 BACKENDS: dict[str, Backend] = {
-    "tensorboard": Backend("tensorboard", TensorBoardTracker),
-    "wandb": Backend("wandb", WandbTracker),
-    "mlflow": Backend("mlflow", MlflowTracker),
+    "tensorboard": Backend("tensorboard", TensorBoardTracker, "check that the run folder is writable"),
+    "wandb": Backend("wandb", WandbTracker, "set WANDB_API_KEY (or run `wandb login`), or WANDB_MODE=offline to keep the "
+                                            "W&B run in the run folder (wandb sync uploads it later)"),
+    "mlflow": Backend("mlflow", MlflowTracker, "set MLFLOW_TRACKING_URI to a tracking server (http://HOST:5000) or a "
+                                               "local database (sqlite:///mlflow.db)"),
 }
 
 
@@ -318,7 +321,16 @@ def open_trackers(names: Sequence[str], run_dir: Path, *, config: dict[str, Any]
     """Start the trackers ``names`` for the run in ``run_dir`` (resumed from ``first_step``) and send
     them its config."""
     check_installed(names)
-    trackers = [BACKENDS[name].make(run_dir, project=project, first_step=first_step) for name in names]
-    for tracker in trackers:
-        tracker.log_config(config)
-    return Trackers(trackers, table_episodes=table_episodes, seed=seed)
+    started = Trackers()
+    for name in names:
+        try:
+            tracker = BACKENDS[name].make(run_dir, project=project, first_step=first_step)
+            tracker.log_config(config)
+        except Exception as err:  # each package fails in its own way (no key, no store, no server): one line
+            started.close()
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise ConfigError(f"--report-to {name}: the tracker did not start ({reason}); {BACKENDS[name].fix}, "
+                              f"then run the same command again with --resume.") from err
+        started.trackers.append(tracker)
+    started.table_episodes, started.seed = table_episodes, seed
+    return started

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from agentkit.core.errors import ConfigError, MissingDependencyError, TrajectoryFormatError
 from agentkit.core.jsonl import read_trajectories
-from agentkit.core.trajectory import Trajectory, Turn
+from agentkit.core.trajectory import JSON_KEY, OMIT_NONE, Trajectory, Turn
 
 FORMATS = ("parquet", "hf")
 PARQUET_FILE = "trajectories.parquet"
@@ -36,6 +36,7 @@ def _datasets():
     except ImportError as err:
         raise MissingDependencyError("trajectories as datasets need the datasets package: "
                                      "pip install -e '.[datasets]'") from err
+    datasets.disable_progress_bars()  # the commands print their own one line
     return datasets
 
 
@@ -63,7 +64,7 @@ def features():
         hints = typing.get_type_hints(datacls)
         columns = {}
         for f in datacls.__dataclass_fields__.values():
-            key = f.metadata.get("json_key", f.name)
+            key = f.metadata.get(JSON_KEY, f.name)
             if f.name in JSON_COLUMNS:
                 columns[key] = datasets.Value("string")
             elif f.name == "turns":
@@ -93,10 +94,17 @@ def to_dataset(trajectories: Sequence[Trajectory]):
     return datasets.Dataset.from_list(rows, features=schema)
 
 
+def _omitted(datacls: type) -> frozenset[str]:
+    """The fields a JSON record leaves out when None (a column holds None for them instead)."""
+    return frozenset(f.name for f in datacls.__dataclass_fields__.values() if f.metadata.get(OMIT_NONE))
+
+
 def _record(row: dict[str, Any]) -> dict[str, Any]:
-    """A dataset row as the JSON record ``Trajectory.from_dict`` reads: absent optional values
-    (None) left out, the JSON columns parsed."""
-    record = {key: value for key, value in row.items() if value is not None}
+    """A dataset row as the JSON record ``Trajectory.from_dict`` reads: the None of a field written
+    only when set left out (other None values, such as an unparsed turn's action, are the record's),
+    the JSON columns parsed."""
+    omitted, turn_omitted = _omitted(Trajectory), _omitted(Turn)
+    record = {key: value for key, value in row.items() if not (value is None and key in omitted)}
     for key in JSON_COLUMNS:
         if isinstance(record.get(key), str):
             try:
@@ -104,8 +112,8 @@ def _record(row: dict[str, Any]) -> dict[str, Any]:
             except ValueError as err:
                 raise TrajectoryFormatError(f"column {key!r} must hold JSON text: {err}") from err
     if isinstance(record.get("turns"), list):
-        record["turns"] = [{k: v for k, v in turn.items() if v is not None} if isinstance(turn, dict) else turn
-                           for turn in record["turns"]]
+        record["turns"] = [{k: v for k, v in turn.items() if not (v is None and k in turn_omitted)}
+                           if isinstance(turn, dict) else turn for turn in record["turns"]]
     return record
 
 

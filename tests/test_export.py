@@ -24,13 +24,15 @@ def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
 @pytest.fixture()
 def trajectories_file(vaults_demos, tmp_path):
     """The vaults demonstrations, plus copies with every optional field set (task type, per-turn
-    privileged text and policy version, an error) and unequal float logprobs."""
+    privileged text and policy version, an error), a turn whose action could not be parsed (None)
+    and unequal float logprobs."""
     demos = read_trajectories(vaults_demos)
     varied = []
     for index, t in enumerate(demos[:3]):
         turns = [dataclasses.replace(turn, privileged=f"plan {i}", policy_version=i + index,
                                      response_logprobs=[-0.1234567890123 * (k + 1) for k in range(len(turn.response_ids))])
                  for i, turn in enumerate(t.turns)]
+        turns[-1] = dataclasses.replace(turns[-1], action=None, action_valid=False, expert_action=None)  # unparsed
         varied.append(dataclasses.replace(t, id=f"{t.id}-varied", turns=turns, task_type="amber", error="cut",
                                           privileged=None, sampling={"temperature": 0.7, "stop": ["</action>"]}))
     path = tmp_path / "in.jsonl"

@@ -123,6 +123,24 @@ def test_a_tracker_that_is_not_installed_is_refused_before_the_run_starts(name, 
         check_installed([name])
 
 
+@pytest.mark.skipif("wandb" not in INSTALLED, reason="needs the wandb extra")
+def test_a_tracker_that_cannot_start_stops_the_run_with_its_fix_and_resume_goes_on(tiny_model_dir, tmp_path):
+    """W&B online with no key (a new user's first try): one line saying what to set; after setting
+    it, the same command with --resume trains the run (nothing written before is in the way)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
+    env |= {"HOME": str(tmp_path / "home"), "WANDB_DIR": str(tmp_path / "wandb")}  # no ~/.netrc key either
+    command = [sys.executable, "-m", "agentkit.cli", "train", "--out", str(tmp_path / "run"), "--steps", "1", "--quiet",
+               "--model", str(tiny_model_dir), "--report-to", "wandb", *[arg for kv in SETTINGS for arg in ("--set", kv)]]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("agentkit: error: --report-to wandb: the tracker did not start")
+    assert "WANDB_MODE=offline" in done.stderr and "--resume" in done.stderr
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env=env | {"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "run" / "checkpoints" / "step-1").is_dir()
+
+
 def test_keys_come_only_from_the_environment(run):
     """No credential of the environment reaches config.yaml, a tracker's config or any file it wrote."""
     config = (run / "config.yaml").read_text()

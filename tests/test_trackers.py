@@ -123,6 +123,7 @@ def test_a_tracker_that_is_not_installed_is_refused_before_the_run_starts(name, 
         check_installed([name])
 
 
+@pytest.mark.slow  # 22 s here
 @pytest.mark.skipif("wandb" not in INSTALLED, reason="needs the wandb extra")
 def test_a_tracker_that_cannot_start_stops_the_run_with_its_fix_and_resume_goes_on(tiny_model_dir, tmp_path):
     """W&B online with no key (a new user's first try): one line saying what to set; after setting

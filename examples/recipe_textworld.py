@@ -117,7 +117,8 @@ def evaluate_model(model_dir: Path, cfg) -> dict[str, float]:
 
     envs = make_envs(cfg.env, cfg.eval.split)
     try:
-        return stats_record(evaluate(HFBackend(model_dir, seed=cfg.seed), cfg, envs, cfg.eval.episodes))
+        stats, _ = evaluate(HFBackend(model_dir, seed=cfg.seed), cfg, envs, cfg.eval.episodes)
+        return stats_record(stats)
     finally:
         envs.close()
 

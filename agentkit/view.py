@@ -31,19 +31,11 @@ from typing import Any
 from urllib.parse import quote
 
 from agentkit.core.errors import ConfigError
-from agentkit.core.jsonl import iter_trajectories
+from agentkit.core.jsonl import iter_trajectories, step_files
 from agentkit.core.trajectory import Trajectory
-from agentkit.rollout.export import read_source
+from agentkit.rollout.export import is_dataset, read_source
 
-_STEP_FILE = re.compile(r"step-(\d+)\.jsonl$")
 SIGNAL_KEYS = ("gap", "gate", "top1", "student", "teacher")
-
-
-def _step_files(folder: Path) -> list[tuple[int, Path]]:
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _STEP_FILE.search(p.name))]
-    return sorted(found)
 
 
 def read_signals(path: Path) -> dict[str, dict[str, Any]]:
@@ -126,13 +118,12 @@ def collect(source: Path, *, model: str | None = None, max_episodes: int = 20_00
     source = Path(source)
     if not source.exists():
         raise ConfigError(f"{source} does not exist: give a trajectory file (.jsonl) or a run folder.")
-    dataset = source.suffix == ".parquet" or (source.is_dir() and not (source / "trajectories").is_dir() and (
-        (source / "dataset_info.json").is_file() or any(source.glob("*.parquet"))))  # agentkit export's
+    dataset = is_dataset(source) and not (source / "trajectories").is_dir()  # agentkit export's
     if source.is_dir() and not dataset:
-        files = _step_files(source / "trajectories")
+        files = step_files(source / "trajectories")
         if not files:
             raise ConfigError(f"{source} has no trajectories/step-N.jsonl: is it a run folder of `agentkit train`?")
-        signal_files = dict(_step_files(source / "signals"))
+        signal_files = dict(step_files(source / "signals"))
     else:
         files, signal_files = [(None, source)], {}
     loaded: list[tuple[int | None, Trajectory, dict | None]] = []

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentkit.core.errors import ConfigError, MissingDependencyError, TrajectoryFormatError
-from agentkit.core.jsonl import read_trajectories
+from agentkit.core.jsonl import read_trajectories, step_files
 from agentkit.core.trajectory import JSON_KEY, OMIT_NONE, Trajectory, Turn
 
 FORMATS = ("parquet", "hf")
@@ -127,8 +127,7 @@ def source_trajectories(source: str | Path) -> list[Trajectory]:
     JSONL file."""
     path = Path(source)
     if path.is_dir():
-        steps = sorted((p for p in (path / "trajectories").glob("step-*.jsonl")),
-                       key=lambda p: int(p.stem.removeprefix("step-")))
+        steps = [file for _, file in step_files(path / "trajectories")]
         if not steps:
             raise ConfigError(f"{path} holds no trajectories/step-N.jsonl files: give a training run folder or a "
                               "trajectory JSONL file (agentkit rollout --out FILE).")
@@ -156,11 +155,20 @@ def export(source: str | Path, to: str, out: str | Path) -> tuple[Path, int]:
     return out / PARQUET_FILE, len(dataset)
 
 
+def is_dataset(path: str | Path) -> bool:
+    """``path`` is a dataset rather than a JSONL file: a Parquet file, a ``save_to_disk`` folder, or
+    a folder of Parquet files."""
+    path = Path(path)
+    if path.is_file():
+        return path.suffix == ".parquet"
+    return path.is_dir() and ((path / "dataset_info.json").is_file() or any(path.glob("*.parquet")))
+
+
 def read_source(source: str | Path) -> list[Trajectory]:
     """Trajectories from a JSONL file, a ``save_to_disk`` folder, a Parquet file, or a folder of
     Parquet files (what ``export`` writes, or a dataset with its columns from elsewhere)."""
     path = Path(source)
-    if path.is_file() and path.suffix != ".parquet":
+    if path.is_file() and not is_dataset(path):
         return read_trajectories(path)
     if path.is_dir() and (path / "dataset_info.json").is_file():
         return from_dataset(_datasets().load_from_disk(str(path)), where=str(path))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -222,3 +223,15 @@ def read_complete_lines(path: str | os.PathLike) -> tuple[list[Trajectory], byte
             raise TrajectoryFormatError(f"{where}: not valid JSON ({err}).") from err
         trajectories.append(Trajectory.from_dict(record, where=where))
     return trajectories, data[end:]
+
+
+_STEP_FILE = re.compile(r"step-(\d+)\.jsonl$")
+
+
+def step_files(folder: str | os.PathLike) -> list[tuple[int, Path]]:
+    """A run folder's whole ``step-N.jsonl`` files in ``folder`` (trajectories/ or signals/), as
+    (N, path) in step order; a step still being written (``.part``) is not one. None: []."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := _STEP_FILE.search(p.name)))

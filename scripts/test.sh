@@ -42,7 +42,7 @@ pytest_stage() {  # pytest_stage NAME LOG PYTHON PYTEST-ARGS...
   local name=$1 log=$2 python=$3 start rc
   shift 3
   start=$(date +%s)
-  "$python" -m pytest -q "$@" 2>&1 | tee "$log"
+  "$python" -m pytest -q --durations=25 "$@" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   if [ "$rc" = 5 ]; then  # nothing selected (a file holding no slow test): no failure for one stage,
     echo "scripts/test.sh: no $name tests selected" >&2  # only when no stage selected anything
@@ -57,30 +57,43 @@ pytest_stage() {  # pytest_stage NAME LOG PYTHON PYTEST-ARGS...
 # -- install --------------------------------------------------------------------------------------
 start=$(date +%s)
 install_rc=0
-need=()
-command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
-command -v cmake >/dev/null 2>&1 || need+=(cmake)
-command -v g++ >/dev/null 2>&1 || need+=(g++)
-[ -x /usr/bin/chromium ] || need+=(chromium)
-[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
-if ((${#need[@]})); then
-  if [ "$(id -u)" = 0 ]; then
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; } || install_rc=$?
-  else
-    echo "scripts/test.sh: please install: sudo apt-get install -y ${need[*]}" >&2
-    install_rc=1
+apt_install() {  # apt_install PACKAGE...: as root, without questions
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+build=() later=()  # what pip's builds need (ALFWorld's planner: cmake, g++) first; the rest beside pip
+command -v cmake >/dev/null 2>&1 || build+=(cmake)
+command -v g++ >/dev/null 2>&1 || build+=(g++)
+command -v java >/dev/null 2>&1 || later+=(openjdk-17-jre-headless)
+[ -x /usr/bin/chromium ] || later+=(chromium)
+[ -x /usr/bin/chromedriver ] || later+=(chromium-driver)
+apt_job=""
+if ((${#build[@]} + ${#later[@]})) && [ "$(id -u)" != 0 ]; then
+  echo "scripts/test.sh: please install: sudo apt-get install -y ${build[*]} ${later[*]}" >&2
+  install_rc=1
+else
+  if ((${#build[@]})); then
+    apt_install "${build[@]}" || install_rc=$?
+  fi
+  if ((${#later[@]})); then
+    apt_install "${later[@]}" > "$logs/apt.log" 2>&1 &
+    apt_job=$!
   fi
 fi
 if [ "$install_rc" = 0 ]; then
-  { python3 -m pip install -q -r requirements/test.lock && python3 -m pip install -q --no-deps -e .; } || install_rc=$?
+  python3 -m pip install -q -r requirements/test.lock || install_rc=$?
+  if [ -n "$apt_job" ]; then
+    wait "$apt_job" || { install_rc=$?; tail -n 20 "$logs/apt.log" >&2; }
+  fi
+  [ "$install_rc" = 0 ] && { python3 -m pip install -q --no-deps -e . || install_rc=$?; }
 fi
 record install "$install_rc" $(($(date +%s) - start)) "apt + requirements/test.lock"
 
-# -- the vLLM stage's environment, built in the background while the main stages run --------------
+# -- vLLM's environment, built in the background while the main stages run --------------------------
 # The CPU build of vLLM pins torch and transformers, so it lives in its own virtual environment (made
 # once, reused) that also sees this Python's packages (a .pth adding this environment's site-packages
-# after its own: works from a venv or a system Python). Where the main environment already has vllm,
-# the main stages covered it.
+# after its own: works from a venv or a system Python). Its tests run after the main stages: beside
+# them (measured) the machine's two cores were saturated, every stage took longer, and Ray's fault
+# tests missed their 3 s timeouts. Where the main environment already has vllm, the main stages cover it.
 vllm_stage=0
 if [ "${AGENTKIT_SKIP_VLLM:-0}" != 1 ] && [ "$install_rc" = 0 ] && ! python3 -c "import vllm" >/dev/null 2>&1; then
   vllm_stage=1
@@ -100,8 +113,15 @@ if [ "${AGENTKIT_SKIP_VLLM:-0}" != 1 ] && [ "$install_rc" = 0 ] && ! python3 -c 
     "$venv/bin/python" -m pip install -q --no-deps -e .
   ) > "$logs/vllm-install.log" 2>&1 &
   vllm_install=$!
-  vllm_install_start=$(date +%s)
 fi
+
+# One cache of generated games and built models for every stage and worker: each entry is built once
+# (atomically: agentkit.core.paths.build_folder_once) and read by all, instead of once per worker and stage.
+if [ -z "${AGENTKIT_TEST_CACHE:-}" ]; then
+  AGENTKIT_TEST_CACHE=$(mktemp -d -t agentkit-test-cache.XXXXXX)
+  trap 'rm -rf "$AGENTKIT_TEST_CACHE"' EXIT
+fi
+export AGENTKIT_TEST_CACHE
 
 # -- the main stages ------------------------------------------------------------------------------
 if [ "$install_rc" = 0 ]; then
@@ -115,13 +135,14 @@ fi
 
 # -- vLLM -----------------------------------------------------------------------------------------
 if [ "$vllm_stage" = 1 ]; then
+  start=$(date +%s)
   rc=0
   wait "$vllm_install" || rc=$?
   if [ "$rc" = 0 ]; then
     pytest_stage vllm "$logs/vllm.log" "$venv/bin/python" -m vllm tests/test_vllm.py
   else
     tail -n 20 "$logs/vllm-install.log" >&2
-    record vllm "$rc" $(($(date +%s) - vllm_install_start)) "its environment did not install: $logs/vllm-install.log"
+    record vllm "$rc" $(($(date +%s) - start)) "its environment did not install: $logs/vllm-install.log"
   fi
 fi
 

@@ -30,7 +30,7 @@ def test_quick_grid_writes_a_report_with_every_row(tmp_path):
     VARIANTS = _run().VARIANTS
     out, report = tmp_path / "grid", tmp_path / "report" / "nano_repro.md"
     command = [sys.executable, str(SCRIPT), "--out", str(out), "--report", str(report), "--quick",
-               "--envs", "textworld", "--seeds", "0", "--jobs", "2"]
+               "--envs", "textworld", "--seeds", "0", "--jobs", "0"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 

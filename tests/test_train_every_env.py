@@ -13,10 +13,15 @@ from agentkit.envs import REGISTRY, status
 
 # needs files only its user has (WebShop's original data): it must say so, in one line
 NEEDS_USER_DATA = {"webshop/original-v0": "WEBSHOP_DATA"}
-# ScienceWorld's default turn limit (300, for its longest expert plan) at ~7 steps/s of its JVM makes
-# one default step about half an hour of episodes the untrained policy never ends; a shorter
-# budget still takes every code path the defaults take
-BUDGET = {"scienceworld/scienceworld-v0": ["--max-turns", "12", "--tasks-per-step", "2", "--eval-episodes", "2"]}
+# Families whose default step costs minutes get fewer episodes: every code path the defaults take, at a
+# budget that keeps CI short. ScienceWorld's default turn limit (300, for its longest expert plan) at ~7
+# steps/s of its JVM makes one default step about half an hour of episodes the untrained policy never
+# ends; ALFWorld's planner (~8 steps/s on a large game) took 181 s and ScienceWorld 174 s even so, and
+# TextWorld generates a game per task (~3 s each: tw-simple 102 s, cooking 70 s). The default
+# environment (textworld/coin-v0) and the cheap families keep every default.
+FEWER = ["--tasks-per-step", "2", "--eval-episodes", "2"]
+BUDGET = {"scienceworld/scienceworld-v0": ["--max-turns", "12", *FEWER], "alfworld/alfworld-v0": ["--max-turns", "12", *FEWER],
+          "textworld/simple-v0": FEWER, "textworld/cooking-v0": FEWER, "textworld/treasure-v0": FEWER}
 
 
 @pytest.mark.slow

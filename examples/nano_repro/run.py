@@ -131,7 +131,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS), help="Environments.")
     parser.add_argument("--only", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), metavar="VARIANT",
                         help=f"Objective variants: {', '.join(VARIANTS)}.")
-    parser.add_argument("--jobs", type=int, default=2, help="RL runs at a time (one thread each).")
+    parser.add_argument("--jobs", type=int, default=2, help="RL runs at a time (one thread each); 0: one after another in this process.")
     parser.add_argument("--quick", action="store_true", help="Tiny budgets: checks that every stage runs, learns nothing.")
     parser.add_argument("--report-only", action="store_true", help="Write the report from what has finished; train nothing.")
     parser.add_argument("--run-one", nargs=3, metavar=("ENV", "VARIANT", "SEED"), help=argparse.SUPPRESS)
@@ -414,6 +414,11 @@ def run_grid(args: argparse.Namespace, out: Path) -> None:
     running: list[tuple[subprocess.Popen, tuple[str, str, int]]] = []
     failed = []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if args.jobs == 0:  # one after another in this process: no interpreter start-up per run (the quick test)
+        for name, variant, seed in pending:
+            run_one(name, variant, seed, out, args.quick)
+            print(f"finished {name} {variant} seed {seed}", flush=True)
+        pending = []
     while pending or running:
         while pending and len(running) < args.jobs:
             job = pending.pop(0)

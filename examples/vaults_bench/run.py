@@ -144,7 +144,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="Main-grid seeds (paired across arms).")
     parser.add_argument("--only", nargs="+", default=list(ARMS), choices=list(ARMS), metavar="ARM",
                         help=f"Main-grid arms: {', '.join(ARMS)}.")
-    parser.add_argument("--jobs", type=int, default=2, help="Runs at a time (one thread each).")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="Runs at a time (one thread each); 0: one after another in this process.")
     parser.add_argument("--quick", action="store_true", help="Tiny budgets: checks that every stage runs, learns nothing.")
     parser.add_argument("--report-only", action="store_true", help="Write the report from what has finished.")
     parser.add_argument("--run-one", nargs=2, metavar=("STAGE", "NAME"), help=argparse.SUPPRESS)
@@ -458,6 +459,11 @@ def run_all(args: argparse.Namespace, out: Path, stage: str, specs: dict[str, di
     running: list[tuple[subprocess.Popen, str]] = []
     failed = []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if args.jobs == 0:  # one after another in this process: no interpreter start-up per run (the quick test)
+        for name in pending:
+            train_and_test(out, stage, name, QUICK if args.quick else Budget())
+            print(f"{stage} {name}: done", flush=True)
+        pending = []
     while pending or running:
         while pending and len(running) < args.jobs:
             name = pending.pop(0)

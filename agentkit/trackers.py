@@ -67,7 +67,7 @@ class Tracker(Protocol):
         """The run's settings (config.yaml's content), at the start of the run or of a resume."""
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Scalars of ``step`` (1-based, as in metrics.jsonl)."""
+        """Scalars of ``step``: 1-based for training steps, as in metrics.jsonl; 0 for the eval at the start."""
 
     def log_episodes(self, rows: Sequence[EpisodeRow], step: int) -> None:
         """The table of a few of the step's episodes."""
@@ -90,6 +90,9 @@ def episode_row(trajectory: Trajectory, *, step: int, file: Path) -> EpisodeRow:
                       prompt=_cut(trajectory.turns[0].observation if trajectory.turns else ""),
                       response=_cut(responses), reward=float(trajectory.episode_return), won=bool(trajectory.won),
                       file=str(file), view=view_command(file, trajectory.id))
+
+
+EVAL_NOT_METRICS = ("step", "won_by_seed")  # eval.jsonl keys that are no metric: the step, per-episode outcomes
 
 
 def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
@@ -237,7 +240,7 @@ class MlflowTracker:
 
         now = int(time.time() * 1000)
         sent = [Metric(key, value, now, step) for key, value in ((self._key(k), v) for k, v in metrics.items())
-                if step > self.reported.get(key, 0)]
+                if step > self.reported.get(key, -1)]  # -1: step 0 (the eval at the start) is sent too
         for start in range(0, len(sent), 1000):  # and at most 1000 metrics
             self.client.log_batch(self.run_id, metrics=sent[start:start + 1000])
 
@@ -307,7 +310,7 @@ class Trackers:
 
     def log_eval(self, step: int, record: dict[str, Any]) -> None:
         """An eval.jsonl record, under ``eval/``."""
-        metrics = flatten({k: v for k, v in record.items() if k != "step"}, "eval/")
+        metrics = flatten({k: v for k, v in record.items() if k not in EVAL_NOT_METRICS}, "eval/")
         for tracker in self.trackers:
             tracker.log_metrics(metrics, step)
 

@@ -71,6 +71,7 @@ from agentkit.core.errors import (
     disk_full,
     no_space,
 )
+from agentkit.core.evalstats import paired_difference
 from agentkit.core.faults import fault_active, fault_point
 from agentkit.core.jsonl import TrajectoryWriter, append_whole, read_trajectories
 from agentkit.core.model_files import adapter_base
@@ -98,6 +99,7 @@ from agentkit.signals import episode_signals
 from agentkit.skill_credit import skill_credits
 from agentkit.trackers import Trackers, check_installed, open_trackers
 from agentkit.train_config import TrainConfig, TrainSection, dump_config, load_config
+from agentkit.watch import Watch, signal_share
 
 
 @contextlib.contextmanager
@@ -168,7 +170,7 @@ def _drop_lost_steps(run_dir: Path, last_step: int, *, keep_trajectories: bool =
 
 
 # eval_report's figures that eval.jsonl records beside _summary's
-_EVAL_REPORT_KEYS = ("success_ci95", "mean_turns_solved", "by_task_type")
+_EVAL_REPORT_KEYS = ("success_ci95", "mean_turns_solved", "by_task_type", "won_by_seed")
 
 
 def _summary(stats: RolloutStats) -> dict[str, float]:
@@ -291,7 +293,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         _drop_lost_steps(run_dir, last, keep_trajectories=cfg.async_rl.enabled)
         if not steps:  # stopped before its first checkpoint: the same run again from its initial model
             for name in ("metrics.jsonl", "eval.jsonl"):
-                _truncate_jsonl(run_dir / name, 0)
+                _truncate_jsonl(run_dir / name, -1)  # the step-0 evaluation too: it runs again
             print(f"--resume: {run_dir} has no complete checkpoint yet; starting it again from step 0 "
                   "with its saved config.", file=sys.stderr)
             return cfg, run_dir, None
@@ -383,15 +385,38 @@ class TrainResult:
     steps: int
     final_eval: dict[str, Any] | None
     checkpoint: Path | None
+    start_eval: dict[str, Any] | None = None  # eval.jsonl's step 0: the policy before any update
 
     def summary(self) -> str:
         lines = [f"run folder: {self.run_dir} (metrics.jsonl, eval.jsonl, checkpoints/, curves.png)"]
         if self.final_eval is not None:
-            lines.append(f"final eval (step {self.final_eval['step']}, {self.final_eval['split']} split, "
-                         f"{self.final_eval['episodes']} greedy episodes): success {self.final_eval['success_rate']:.1%}")
+            end = self.final_eval
+            lines.append(f"eval ({end['split']} split, {end['episodes']} greedy episodes): success "
+                         + (f"{_success(self.start_eval)} at the start (step 0), " if self.start_eval else "")
+                         + f"{_success(end)} at the end (step {end['step']})")
+            if self.start_eval is not None:
+                lines.append("  " + learned(self.start_eval, end))
         if self.checkpoint is not None:
             lines.append(f"checkpoint: {self.checkpoint} (use it with --model {self.run_dir})")
         return "\n".join(lines)
+
+
+def _success(record: dict[str, Any]) -> str:
+    low, high = record.get("success_ci95") or (None, None)
+    return f"{record['success_rate']:.1%}" + (f" [{low:.1%}, {high:.1%}]" if low is not None else "")
+
+
+def learned(start: dict[str, Any], end: dict[str, Any]) -> str:
+    """Did the run learn? The mean paired difference end - start over the evaluation's seeds (the same
+    tasks, greedy both times) with its 95% interval, and what it says."""
+    a, b = end.get("won_by_seed"), start.get("won_by_seed")
+    if not a or not b or len(a) != len(b):
+        return "(no per-episode results to pair: the change has no interval)"
+    mean, low, high = paired_difference(a, b)
+    verdict = ("the policy improved (the interval is above 0)" if low > 0 else
+               "the policy got worse (the interval is below 0)" if high < 0 else
+               "no change shown: the interval holds 0 (more --eval-episodes or --steps would tell)")
+    return f"change {mean:+.1%} [{low:+.1%}, {high:+.1%}] (95%, paired over {len(a)} tasks): {verdict}"
 
 
 def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
@@ -655,12 +680,19 @@ class UpdateStats:
     bad_streak: int = 0  # such updates in a row, carried across steps
 
 
+def step_lr(train: TrainSection, step: int) -> float:
+    """The lr of training step ``step`` (from 0): linear warmup over ``train.warmup_steps``, then ``train.lr``."""
+    return train.lr * min(1.0, (step + 1) / train.warmup_steps) if train.warmup_steps else train.lr
+
+
 def update(model, optimizer, objective, batch, *, train: TrainSection, ranks, rng: random.Random,
            needs_support: bool, bad_streak: int = 0, step: int = 0) -> UpdateStats:
     """``train.epochs`` passes of ``train.minibatches`` optimizer steps over ``batch`` (split by
     episode), micro-batches of ``train.micro_batch_tokens`` padded tokens. A NaN/inf loss or
     gradient skips its update. ``benchmarks/train_step.py`` times this very function."""
     stats = UpdateStats(bad_streak=bad_streak)
+    for group in optimizer.param_groups:
+        group["lr"] = step_lr(train, step)
     # tests: a NaN loss, or a finite loss with an overflowed gradient, as a diverging run gets
     nan_fault, inf_grad_fault = fault_active("loss.nan", step + 1), fault_active("grad.inf", step + 1)
     episodes = torch.unique(batch.episode_index).tolist()
@@ -730,7 +762,28 @@ def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> tup
                                context=cfg.context, skills=skills)
     played: list[Trajectory] = []
     stats = collector.run([EpisodeSpec(seed) for seed in range(episodes)], played.append)
-    return stats, eval_report(played)
+    report = eval_report(played)
+    report["won_by_seed"] = [int(t.won) for t in sorted(played, key=lambda t: t.seed)]  # to pair two evaluations
+    return stats, report
+
+
+def start_eval(run_dir: Path) -> dict[str, Any] | None:
+    """eval.jsonl's step-0 record (the starting policy), if the run has one."""
+    path = run_dir / "eval.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return next((r for r in records if r.get("step") == 0), None)
+
+
+def evaluate_step(run: Run, step: int) -> None:
+    """The evaluate phase: greedy episodes after ``step`` updates (0: the starting policy), one
+    record in eval.jsonl and the trackers."""
+    cfg = run.cfg
+    stats, report = evaluate(run.backend, cfg, run.eval_envs, cfg.eval.episodes,
+                             skills=run.skill_selector(cfg.seed, sees=True) if run.needs.policy_sees_skills else None)
+    run.last_eval = {"step": step, "split": cfg.eval.split, "episodes": stats.episodes, **_summary(stats),
+                     **{key: report[key] for key in _EVAL_REPORT_KEYS if key in report}}
+    _append_jsonl(run.run_dir / "eval.jsonl", run.last_eval)
+    run.trackers.log_eval(step, run.last_eval)
 
 
 def checkpoint(run: Run, step: int) -> None:
@@ -783,7 +836,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
 
     bar = tqdm(total=cfg.train.steps, initial=run.first_step, desc=f"train {cfg.objective.name}", unit="step",
                disable=not (show_progress and ranks.is_main))
+    watch = Watch(needs_groups=run.needs.needs_groups)
     try:
+        if ranks.is_main and cfg.eval.at_start and run.first_step == 0:
+            evaluate_step(run, 0)  # the starting policy, for the summary's start-to-end comparison
+            if show_progress:
+                bar.write(f"eval at the start (step 0, {cfg.eval.split} split, {run.last_eval['episodes']} greedy "
+                          f"episodes): success {_success(run.last_eval)}", file=sys.stderr)
         for step in range(run.first_step, cfg.train.steps):
             started = time.perf_counter()
             rng = random.Random(f"{cfg.seed}:{step}")
@@ -805,21 +864,21 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
             record = {"step": step + 1, "loss": sum(updated.losses) / len(updated.losses) if updated.losses else float("nan"),
                       **_summary(rollout), "tokens": batch.num_response_tokens,
                       "grad_norm": sum(updated.grad_norms) / max(1, len(updated.grad_norms)),
-                      "skipped_updates": updated.skipped, "lr": cfg.train.lr, "step_s": 0.0,
+                      "skipped_updates": updated.skipped, "lr": step_lr(cfg.train, step), "step_s": 0.0,
                       "data": "demonstrations" if run.demos is not None else "rollouts",
                       "collect_s": collect_s, "update_s": update_s, "prepare_s": prepare_s, **batch.metrics, **synced, **updated.objective_metrics}
+            share = signal_share(trajectories) if run.demos is None else None
+            if share is not None:
+                record["signal_share"] = share  # groups whose returns differ (agentkit.watch)
             last = step + 1 == cfg.train.steps
             if ranks.is_main and (last or (cfg.eval.every and (step + 1) % cfg.eval.every == 0)):
-                stats, report = evaluate(run.backend, cfg, run.eval_envs, cfg.eval.episodes,
-                                         skills=run.skill_selector(cfg.seed, sees=True) if run.needs.policy_sees_skills else None)
-                run.last_eval = {"step": step + 1, "split": cfg.eval.split, "episodes": stats.episodes, **_summary(stats),
-                                 **{key: report[key] for key in _EVAL_REPORT_KEYS if key in report}}
-                _append_jsonl(run.run_dir / "eval.jsonl", run.last_eval)
-                run.trackers.log_eval(step + 1, run.last_eval)
+                evaluate_step(run, step + 1)
             record["step_s"] = time.perf_counter() - started
             if ranks.is_main:
                 _append_jsonl(run.run_dir / "metrics.jsonl", record)
                 run.trackers.log_step(step + 1, record, trajectories, step_file(run, step))
+                for line in watch.observe(record):  # the signs of a run that is not learning, once each
+                    bar.write(line, file=sys.stderr)
             _check_divergence(run, step)
             if last or (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0):
                 checkpoint(run, step)
@@ -843,4 +902,5 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     ranks.close()
     steps = checkpoints(run.run_dir) if ranks.is_main else []
     return TrainResult(run.run_dir, cfg.train.steps, run.last_eval,
-                       run.run_dir / "checkpoints" / f"step-{steps[-1]}" if steps else None)
+                       run.run_dir / "checkpoints" / f"step-{steps[-1]}" if steps else None,
+                       start_eval=start_eval(run.run_dir) if ranks.is_main else None)

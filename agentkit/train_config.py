@@ -76,6 +76,10 @@ class LoraSection(Settings):
 class TrainSection(Settings):
     steps: int = Field(20, gt=0, description="Training steps (one rollout batch each).")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate.")
+    warmup_steps: int = Field(0, ge=0, description="Linear lr warmup: step s (from 0) trains at lr x min(1, (s + 1) / "
+                              "warmup_steps); 0 = the constant lr from the first step. AdamW's first steps move every "
+                              "weight by about lr whatever the gradient's size, so a noisy RL batch at full lr can break "
+                              "a small policy in one step.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     grad_clip: float = Field(1.0, ge=0, description="Max global gradient norm (0 = off).")
@@ -132,6 +136,8 @@ class EvalSection(Settings):
                           description="Greedy evaluation episodes (seeds 0..N-1 of the held-out split).")
     split: str | None = Field(None, json_schema_extra=flag("--eval-split"),
                               description="Held-out split for evaluation (default: the environment's).")
+    at_start: bool = Field(True, json_schema_extra=flag("--eval-at-start"), description="Evaluate the starting policy too, before the first update (step 0 in "
+                           "eval.jsonl), so that every run shows its success at the start beside the end's.")
 
 
 class CheckpointSection(Settings):

@@ -19,7 +19,7 @@ import yaml
 
 from agentkit.core.errors import ConfigError, MissingDependencyError
 from agentkit.core.jsonl import read_trajectories
-from agentkit.trackers import BACKENDS, COLUMNS, check_installed, flatten
+from agentkit.trackers import BACKENDS, COLUMNS, EVAL_NOT_METRICS, check_installed, flatten
 
 SETTINGS = ["env.id=vaults/vaults-v0", "env.kwargs.families=amber", "env.max_turns=3", "rollout.tasks_per_step=2",
             "rollout.group_size=2", "sampling.max_new_tokens=12", "eval.every=1", "eval.episodes=2",
@@ -69,7 +69,8 @@ def _records(run: Path, name: str) -> list[dict]:
 def _scalar_keys(run: Path) -> set[str]:
     """The keys every tracker must hold: each metric of metrics.jsonl, each eval.jsonl figure under eval/."""
     keys = {k for r in _records(run, "metrics.jsonl") for k in flatten({k: v for k, v in r.items() if k != "step"})}
-    return keys | {k for r in _records(run, "eval.jsonl") for k in flatten({k: v for k, v in r.items() if k != "step"}, "eval/")}
+    return keys | {k for r in _records(run, "eval.jsonl")
+                   for k in flatten({k: v for k, v in r.items() if k not in EVAL_NOT_METRICS}, "eval/")}
 
 
 def _episode_ids(run: Path, step: int) -> set[str]:
@@ -248,13 +249,15 @@ def test_wandb_offline_run_holds_every_metric_the_config_and_the_episode_tables(
     path = _wandb_file(run)
     assert path.name == f"run-{json.loads((run / 'trackers.json').read_text())['wandb']}.wandb"
     history = _wandb_history(path)
-    assert sorted(history) == [1, 2]
+    assert sorted(history) == [0, 1, 2]  # step 0: the eval at the start; 1 and 2: the training steps
     for record in _records(run, "metrics.jsonl"):
         assert history[record["step"]]["tokens"] == record["tokens"]
     for record in _records(run, "eval.jsonl"):
         assert history[record["step"]]["eval/success_ci95_low"] == pytest.approx(record["success_ci95"][0])
     assert _scalar_keys(run) <= {key for row in history.values() for key in row}
-    for step, row in history.items():
+    assert "episodes/_type" not in history[0]
+    for step in (1, 2):
+        row = history[step]
         assert row["episodes/_type"] == "table-file"
         table = json.loads((path.parent / "files" / str(row["episodes/path"])).read_text())
         assert table["columns"] == list(COLUMNS) and len(table["data"]) == 3
@@ -282,7 +285,7 @@ def test_mlflow_run_holds_every_metric_the_config_and_the_episode_tables(run, tm
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "tokens")] == [(r["step"], r["tokens"]) for r in metrics]
     evals = _records(run, "eval.jsonl")
     history = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "eval/success_ci95_high"))
-    assert [step for step, _ in history] == [r["step"] for r in evals]  # steps exactly, values within float tolerance
+    assert [step for step, _ in history] == [r["step"] for r in evals] == [0, 1, 2]  # steps exactly, values within float tolerance
     assert [value for _, value in history] == pytest.approx([r["success_ci95"][1] for r in evals])
     assert found.data.params["train.lr"] == str(yaml.safe_load((run / "config.yaml").read_text())["train"]["lr"])
     config = Path(client.download_artifacts(run_id, "config.yaml", str(tmp_path)))
@@ -321,7 +324,8 @@ def test_a_table_row_opens_its_episode_in_the_report(run, tmp_path, monkeypatch,
 @pytest.mark.slow
 def test_a_resumed_run_reports_to_the_same_runs_without_a_step_twice(tmp_path, tiny_model_dir):
     """Killed while writing step 2's checkpoint (after step 2 was reported), resumed from step 1: step 2
-    is played again and each tracker holds steps 1, 2, 3 once, in the same W&B and MLflow runs."""
+    is played again and each tracker holds steps 1, 2, 3 once (and the eval at the start, step 0, once),
+    in the same W&B and MLflow runs."""
     out = tmp_path / "run"
     killed = train_cli(out, tiny_model_dir, steps=3, fault="checkpoint.write@2")
     assert killed.returncode != 0
@@ -332,6 +336,7 @@ def test_a_resumed_run_reports_to_the_same_runs_without_a_step_twice(tmp_path, t
     assert json.loads((out / "trackers.json").read_text()) == ids
     metrics = _records(out, "metrics.jsonl")
     assert [r["step"] for r in metrics] == [1, 2, 3]
+    assert [r["step"] for r in _records(out, "eval.jsonl")] == [0, 1, 2, 3]  # the eval at the start once
     if "tensorboard" in INSTALLED:
         events = _tensorboard(out / "tensorboard")
         assert [(e.step, e.value) for e in events.Scalars("tokens")] == [(r["step"], r["tokens"]) for r in metrics]
@@ -339,7 +344,7 @@ def test_a_resumed_run_reports_to_the_same_runs_without_a_step_twice(tmp_path, t
     if "mlflow" in INSTALLED:
         client, run_id = _mlflow(out)
         assert [m.step for m in client.get_metric_history(run_id, "tokens")] == [1, 2, 3]
-        assert [m.step for m in client.get_metric_history(run_id, "eval/success_rate")] == [1, 2, 3]
+        assert sorted(m.step for m in client.get_metric_history(run_id, "eval/success_rate")) == [0, 1, 2, 3]
     if "wandb" in INSTALLED:  # offline, each attempt writes a file of its own for the same run id; W&B drops
         # the steps it already has when the second is synced (resume="allow"), as it does online
         files = sorted((out / "wandb").glob("offline-run-*/run-*.wandb"))

@@ -43,6 +43,54 @@ def test_one_sft_step_changes_every_parameter_and_writes_the_run_folder(tiny_mod
     assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_warmup_scales_the_first_steps_lr_in_the_optimizer(tiny_model_dir, demos, tmp_path):
+    """AdamW's first step moves each weight by about lr (m/sqrt(v) = +-1), so the largest weight change
+    of step 1 measures the lr the optimizer used: lr / warmup_steps, not lr."""
+    from agentkit.train import step_lr
+
+    run = tmp_path / "run"
+    train(load_config(None, [*COIN1, "objective.name=sft", f"train.demos={demos}", "train.steps=1", "train.lr=1e-3",
+                             "train.warmup_steps=4", "eval.at_start=false", f"model={tiny_model_dir}", f"out={run}"]),
+          show_progress=False)
+    before, after = _params(tiny_model_dir), _params(run / "checkpoints" / "step-1")
+    moved = max(float((after[name] - before[name]).abs().max()) for name in before)
+    assert moved == pytest.approx(2.5e-4, rel=0.02), moved
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["lr"] == pytest.approx(2.5e-4)
+    settings = load_config(None, ["train.lr=1e-3", "train.warmup_steps=4"]).train
+    assert [step_lr(settings, s) for s in range(6)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    assert step_lr(load_config(None, ["train.lr=1e-3"]).train, 0) == 1e-3
+
+
+def test_the_run_evaluates_its_start_and_reports_start_and_end(sft_model, tmp_path, capsys):
+    from agentkit.train import TrainResult
+
+    run = tmp_path / "run"
+    result = train(load_config(None, [*COIN1, "objective.name=grpo", "rollout.tasks_per_step=2", "rollout.group_size=2",
+                                      "eval.every=0", "train.steps=1", f"model={sft_model}", f"out={run}"]))
+    evals = [json.loads(line) for line in (run / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [0, 1] and evals[0]["episodes"] == 4
+    assert "eval at the start (step 0, eval split, 4 greedy episodes): success" in capsys.readouterr().err
+    assert result.start_eval == evals[0] and result.final_eval["step"] == 1
+    assert re.search(r"success \d+\.\d% \[.*\] at the start \(step 0\), \d+\.\d% \[.*\] at the end \(step 1\)",
+                     result.summary())
+    assert re.search(r"change [+-]\d+\.\d% \[.*\] \(95%, paired over 4 tasks\)", result.summary())
+    assert evals[0]["won_by_seed"] == [int(w) for w in evals[0]["won_by_seed"]] and len(evals[0]["won_by_seed"]) == 4
+    # the verdict follows the paired interval: 10 tasks, 6 of them won only at the end -> +60% [+28.0%, +92.0%]
+    start = {"step": 0, "split": "dev", "episodes": 10, "success_rate": 0.1, "won_by_seed": [1] + [0] * 9}
+    end = {**start, "step": 9, "success_rate": 0.7, "won_by_seed": [1] * 7 + [0] * 3}
+    noise = {**start, "step": 9, "success_rate": 0.2, "won_by_seed": [0, 1, 1] + [0] * 7}
+    verdict = {name: TrainResult(run, 9, b, None, start_eval=a).summary()
+               for name, (a, b) in {"up": (start, end), "down": (end, start), "noise": (start, noise)}.items()}
+    assert "change +60.0% [+28.0%, +92.0%] (95%, paired over 10 tasks): the policy improved" in verdict["up"]
+    assert "change -60.0% [-92.0%, -28.0%] (95%, paired over 10 tasks): the policy got worse" in verdict["down"]
+    assert "change +10.0% [-25.2%, +45.2%] (95%, paired over 10 tasks): no change shown" in verdict["noise"]
+    resumed = train(load_config(None, [*COIN1, "objective.name=grpo", "rollout.tasks_per_step=2", "rollout.group_size=2",
+                                       "eval.every=0", "train.steps=2", f"model={sft_model}", f"out={run}"]),
+                    resume=True, show_progress=False)
+    assert [json.loads(line)["step"] for line in (run / "eval.jsonl").read_text().splitlines()] == [0, 1, 2]
+    assert resumed.start_eval == evals[0], "a resumed run keeps its start's evaluation"
+
+
 @pytest.mark.slow  # 14-30 s here: keeps the default run under 15 minutes
 def test_sft_learns_the_task(sft_model, tmp_path):
     from agentkit.rollout.config import RolloutConfig

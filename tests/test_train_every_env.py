@@ -40,5 +40,5 @@ def test_train_one_step_with_default_settings(env_id, tmp_path):
         assert not out.exists()  # refused before the run folder was written
         return
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "final eval (step 1" in result.stdout and "checkpoint:" in result.stdout, result.stdout
+    assert "at the end (step 1)" in result.stdout and "checkpoint:" in result.stdout, result.stdout
     assert (out / "checkpoints" / "step-1" / "COMPLETE").exists()

@@ -64,7 +64,7 @@ def test_a_folder_that_never_finished_a_step_is_started_anew(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "stopped before its first step; starting anew" in captured.err
     assert _steps(run) == [1]
-    assert "final eval (step 1" in captured.out and "checkpoint:" in captured.out
+    assert "at the end (step 1)" in captured.out and "checkpoint:" in captured.out
 
 
 def test_resume_keeps_the_run_length_and_names_what_it_ignores(tmp_path, capsys):

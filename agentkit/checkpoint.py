@@ -1,7 +1,7 @@
 """Checkpoints: a Hugging Face model folder plus optimizer, RNG and loop state, written atomically.
 
 ``checkpoints/step-N/`` is written under a temporary name (``.step-N-XXXX``), its files synced,
-then ``COMPLETE`` is written (every file's name and size) and the folder renamed into place. So a
+then ``COMPLETE`` is written (every file's name, size and SHA-256) and the folder renamed into place. So a
 process killed at any moment leaves either no ``step-N`` or a whole one; the temporary folder it
 leaves is ignored, and removed by the next save. Old checkpoints are renamed away before they are
 deleted, so a half-deleted one is never visible either. A disk that fills up mid-write ends in
@@ -9,7 +9,8 @@ deleted, so a half-deleted one is never visible either. A disk that fills up mid
 removed, which gives its space back.
 
 Resume takes the newest ``step-N`` and checks it against its marker first: a marker, a file
-missing or of the wrong size (damage from outside: agentkit never leaves a checkpoint so) is
+missing, of the wrong size or with other bytes (damage from outside, an edit by hand: agentkit
+never leaves a checkpoint so) is
 refused with an error that names the file, rather than silently falling back to an older
 checkpoint. Everything is safetensors or JSON: nothing is ever unpickled from a run folder.
 """
@@ -17,6 +18,7 @@ checkpoint. Everything is safetensors or JSON: nothing is ever unpickled from a 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -96,7 +98,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer: torch
             _fsync(path)
         part = MARKER
         # the marker last, once everything it lists is on disk
-        (tmp / MARKER).write_text(json.dumps({p.name: p.stat().st_size for p in sorted(tmp.iterdir())}, indent=1))
+        (tmp / MARKER).write_text(json.dumps({p.name: {"size": p.stat().st_size, "sha256": _sha256(p)}
+                                              for p in sorted(tmp.iterdir())}, indent=1))
         _fsync(tmp / MARKER)
         if final.exists():
             _remove(final)
@@ -144,15 +147,23 @@ def step_folders(run_dir: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in root.iterdir() if p.name.startswith("step-") and p.name[5:].isdigit())
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _fallback(path: Path) -> str:
     earlier = [step for step in checkpoints(path.parent.parent) if path.name != f"step-{step}"]
     return f"delete {path} to resume from step {earlier[-1]}" if earlier else f"delete {path} and start again"
 
 
 def check_complete(path: Path) -> None:
-    """Raise ``ConfigError`` naming what is missing if ``path`` is not a whole checkpoint: every
-    file its marker lists, at the size written (older markers list names only), and every file a
-    resume reads."""
+    """Raise ``ConfigError`` naming what is missing or changed if ``path`` is not the checkpoint
+    written: every file its marker lists, at the size and with the SHA-256 written (older markers
+    list sizes, or names only), and every file a resume reads."""
     if not (path / MARKER).exists():
         raise ConfigError(f"Checkpoint {path} has no {MARKER} marker. agentkit writes the marker last and only then "
                           f"moves the folder into place, so something outside it removed the marker. Restore it, "
@@ -162,15 +173,21 @@ def check_complete(path: Path) -> None:
     except (OSError, ValueError) as err:
         raise ConfigError(f"Checkpoint {path}: its {MARKER} marker is unreadable ({err}). "
                           "Delete the folder to resume from an earlier checkpoint.") from err
-    sizes: dict[str, int | None] = dict.fromkeys(written) if isinstance(written, list) else dict(written)
+    # {name: {"size", "sha256"}}; markers of older agentkits: {name: size}, or a list of names
+    files: dict[str, dict[str, Any]] = ({name: {} for name in written} if isinstance(written, list) else
+                                        {name: e if isinstance(e, dict) else {"size": e} for name, e in written.items()})
     # the whole model's files, or the LoRA adapter's (the checkpoint's config names which)
     weights = WEIGHT_FILES[1] if (path / WEIGHT_FILES[1][0]).exists() else WEIGHT_FILES[0]
-    missing = sorted({name for name in [*sizes, *REQUIRED, *weights] if not (path / name).exists()})
-    resized = sorted(name for name, size in sizes.items()
-                     if size is not None and name not in missing and (path / name).stat().st_size != size)
-    if missing or resized:
+    missing = sorted({name for name in [*files, *REQUIRED, *weights] if not (path / name).exists()})
+    resized = sorted(name for name, e in files.items()
+                     if "size" in e and name not in missing and (path / name).stat().st_size != e["size"])
+    edited = sorted(name for name, e in files.items()
+                    if "sha256" in e and name not in missing and name not in resized and _sha256(path / name) != e["sha256"])
+    if missing or resized or edited:
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
-            [f"{', '.join(resized)} changed size since it was written"] if resized else [])
+            [f"{', '.join(resized)} changed size since it was written"] if resized else []) + (
+            [f"{', '.join(edited)} changed since it was written (same size, other bytes: its SHA-256 is not the "
+             f"one in {MARKER})"] if edited else [])
         raise ConfigError(f"Checkpoint {path} is damaged: {'; '.join(problems)}. agentkit writes checkpoints "
                           f"atomically, so something outside it removed or changed these files. Restore them, or "
                           f"{_fallback(path)}.")

@@ -64,6 +64,7 @@ from agentkit.checkpoint import (
 )
 from agentkit.core.config import settings_of
 from agentkit.core.errors import (
+    AgentkitError,
     ConfigError,
     DiskFullError,
     EnvError,
@@ -279,17 +280,19 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
             raise ConfigError(f"--resume: {run_dir} was started with other settings than this command gives: "
                               + "; ".join(conflicts) + f". Drop them to continue the run as it was ({saved}), or start "
                               "a new run in another --out. Nothing was changed.")
-        if "train.steps" in given and cfg.train.steps != original.train.steps:
-            original = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
-            _write_atomic(saved, dump_config(original))  # the new length holds for a later --resume too
         if ignored:
             print(f"--resume: {run_dir} continues with its saved settings ({saved}); ignored: "
                   + ", ".join(ignored), file=sys.stderr)
-        cfg = original
         last = steps[-1] if steps else 0
-        if last >= cfg.train.steps:
-            print(f"--resume: {run_dir} already has its {cfg.train.steps} steps (checkpoint step-{last}); nothing to "
-                  f"do. Pass --steps N (N > {last}) to train it further.", file=sys.stderr)
+        wanted = cfg.train.steps if "train.steps" in given else original.train.steps
+        if steps and last >= wanted:  # nothing is loaded, trained or written: not even the new length
+            print(f"--resume: {run_dir} already has {last} steps (checkpoint step-{last}); nothing to do, nothing "
+                  f"changed. Pass --steps N (N > {last}) to train it further.", file=sys.stderr)
+            raise NothingToDo(run_dir, last)
+        if "train.steps" in given and cfg.train.steps != original.train.steps:
+            original = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
+            _write_atomic(saved, dump_config(original))  # the new length holds for a later --resume too
+        cfg = original
         _drop_lost_steps(run_dir, last, keep_trajectories=cfg.async_rl.enabled)
         if not steps:  # stopped before its first checkpoint: the same run again from its initial model
             for name in ("metrics.jsonl", "eval.jsonl"):
@@ -375,6 +378,22 @@ class Run:
             if envs is not None:
                 envs.close()
         self.backend.close()
+
+
+class NothingToDo(AgentkitError):
+    """``--resume`` of a run that already has the steps asked for: ``train`` returns its result as it is."""
+
+    def __init__(self, run_dir: Path, last: int) -> None:
+        super().__init__(run_dir, last)  # the arguments again: every rank rebuilds it (``Ranks.on_main``)
+        self.run_dir, self.last = Path(run_dir), last
+
+    def __str__(self) -> str:
+        return f"{self.run_dir} already has {self.last} steps"
+
+    def result(self) -> TrainResult:
+        records = _read_records(self.run_dir / "eval.jsonl")
+        return TrainResult(self.run_dir, self.last, records[-1] if records else None,
+                           self.run_dir / "checkpoints" / f"step-{self.last}", start_eval=start_eval(self.run_dir))
 
 
 @dataclass(frozen=True)
@@ -767,11 +786,13 @@ def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> tup
     return stats, report
 
 
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
 def start_eval(run_dir: Path) -> dict[str, Any] | None:
     """eval.jsonl's step-0 record (the starting policy), if the run has one."""
-    path = run_dir / "eval.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return next((r for r in records if r.get("step") == 0), None)
+    return next((r for r in _read_records(run_dir / "eval.jsonl") if r.get("step") == 0), None)
 
 
 def evaluate_step(run: Run, step: int) -> None:
@@ -830,7 +851,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     """Run (or resume) training. ``given``: the settings the user gave explicitly (dotted keys), so
     that ``--resume`` keeps the saved run length unless ``train.steps`` is among them and names the
     others as ignored; None (a config built in Python): the resumed run takes ``cfg.train.steps``."""
-    run = setup(cfg, resume, given)
+    try:
+        run = setup(cfg, resume, given)
+    except NothingToDo as done:
+        return done.result()
     cfg, ranks = run.cfg, run.ranks
     from tqdm import tqdm
 

@@ -21,8 +21,7 @@ import dataclasses
 import hashlib
 import numbers
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +35,10 @@ from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 from agentkit.core.errors import ConfigError, EnvError
 from agentkit.core.settings import ContextSettings, EnvSettings, default
 from agentkit.core.trajectory import ContextMode, Trajectory, Turn, is_finite, is_unicode
+
+# Episodes in flight when max_in_flight is 0: all of a step's (a training step plays tasks x group, far
+# fewer), and a bound for a huge --episodes, whose episodes then stream through (built as slots free up)
+AUTO_IN_FLIGHT = 256
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,8 @@ class Collector:
         skills: picks each episode's skills after reset: ``skills(spec, task, info) -> (ids, text)``
             (``agentkit.skillbank.SkillSelector``); ids are recorded, ``text`` (None = teacher-only)
             is put before the first observation.
-        max_in_flight: episodes played at once (environment slots); 0 = all.
+        max_in_flight: episodes played at once (environment slots); 0 = all of them, at most
+            ``AUTO_IN_FLIGHT``.
         batch_wait_s: how long to wait for more environments once some episodes are ready to
             generate; None = half the duration of the last generate call.
         max_consecutive_errors: stop (``EnvError``) once this many episodes in a row have ended in
@@ -334,8 +338,10 @@ class Collector:
         episodes still in flight are abandoned, so close the runner (``close()``) then.
         """
         stats = RolloutStats()
-        pending = deque(specs)
-        limit = self.max_in_flight or len(pending)
+        # specs are read lazily: a billion episodes stream through at most ``limit`` at a time
+        limit = self.max_in_flight or (min(len(specs), AUTO_IN_FLIGHT) if isinstance(specs, Sized) else AUTO_IN_FLIGHT)
+        pending = iter(specs)
+        upcoming = next(pending, None)
         free_slots = list(range(limit))[::-1]
         waiting: dict[int, _Episode] = {}  # slot -> episode whose env is busy
         ready: list[_Episode] = []  # episodes with an observation, awaiting generation
@@ -399,9 +405,10 @@ class Collector:
             ready.append(ep)
 
         try:
-            while pending or waiting or ready:
-                while pending and free_slots:
-                    ep = _Episode(free_slots.pop(), pending.popleft())
+            while upcoming is not None or waiting or ready:
+                while upcoming is not None and free_slots:
+                    ep = _Episode(free_slots.pop(), upcoming)
+                    upcoming = next(pending, None)
                     waiting[ep.slot] = ep
                     self.envs.submit(ep.slot, "reset", ep.spec.seed)
                 # block for the first result only when there is nothing to generate for

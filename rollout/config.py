@@ -32,7 +32,7 @@ class RolloutConfig(OutputSettings):
     episodes: int = Field(8, gt=0, description="Number of tasks to play.")
     group_size: int = Field(1, gt=0, description="Times each task is played; the copies share a `group`.")
     split: str = Field("train", description="Task split to play (train, or the environment's held-out split).")
-    max_in_flight: int = Field(0, ge=0, description="Episodes played at once (0 = all).")
+    max_in_flight: int = Field(0, ge=0, description="Episodes played at once (0 = all, at most 256: a larger count streams through).")
     resume: bool = Field(False, description="Complete an interrupted rollout: --out is the file it was writing; "
                          "episodes already there are kept (a torn last line goes to FILE.torn), the rest are played "
                          "and appended. The other flags must match the interrupted command (checked against the file).")

@@ -51,6 +51,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from agentkit.rollout.backend import Generation, SamplingParams, generation_problem, row_seeds
+from agentkit.rollout.context import encode_data
 
 from agentkit.core.errors import AgentkitError, ConfigError, ModelError
 
@@ -490,8 +491,8 @@ class OpenAIBackend:
         exact = ids is not None
         if ids is None and len(text) > MAX_CHARS_PER_TOKEN * params.max_new_tokens:
             raise ValueError(f"{len(text):,} characters of text for at most {params.max_new_tokens} tokens")
-        if ids is None:  # the server gave text only: tokenize it here
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if ids is None:  # the server gave text only: tokenize it here, as data (markup it spells stays text)
+            ids = encode_data(self.tokenizer, text)
             if choice.finish_reason == "stop" and not any(text.endswith(s) for s in params.stop_strings):
                 ids.append(self._im_end)
             ids = ids[:params.max_new_tokens]  # tokenized here, it may come out a little longer than sampled

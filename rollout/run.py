@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -56,6 +57,9 @@ def check_output(path: Path, *, append: bool, overwrite: bool, resume: bool = Fa
     missing one with --resume, an unwritable place."""
     if path.is_dir():
         raise ConfigError(f"--out {path} is a directory; give a file name, e.g. {path / 'trajectories.jsonl'}.")
+    if path.exists() and not path.is_file():  # /dev/null, a pipe, a socket: no whole-line appends, no fsync
+        raise ConfigError(f"--out {path} is not a regular file; give a file name for the trajectories, e.g. "
+                          "runs/rollout.jsonl.")
     if resume and not path.exists():
         raise ConfigError(f"--resume: {path} does not exist, so there is no interrupted rollout to complete. "
                           "Check --out, or drop --resume to start a new rollout there.")
@@ -89,6 +93,9 @@ def held_out_split(env_id: str) -> str:
     return env_info(env_id).eval_split
 
 
+PREPARE_AHEAD = 4096  # tasks an environment that builds them up front (PreparesTasks) builds before a run
+
+
 def check_env_settings(env: EnvSettings, split: str, seeds: Iterable[int] = ()) -> int | None:
     """Build one environment of ``split`` and close it, so bad settings fail before anything is
     played or written; return how many tasks the split holds when the environment says
@@ -99,9 +106,11 @@ def check_env_settings(env: EnvSettings, split: str, seeds: Iterable[int] = ()) 
     try:
         base = probe.unwrapped
         available = base.num_tasks if isinstance(base, FiniteTasks) else None
-        seeds = [seed for seed in seeds if available is None or seed < available]
-        if seeds and env.workers == 0 and isinstance(base, PreparesTasks):  # workers make theirs in parallel
-            base.prepare(seeds)
+        if env.workers == 0 and isinstance(base, PreparesTasks):  # workers make theirs in parallel
+            # the first PREPARE_AHEAD now, with progress; any later ones on first use (a huge --episodes streams)
+            ahead = list(itertools.islice((s for s in seeds if available is None or s < available), PREPARE_AHEAD))
+            if ahead:
+                base.prepare(ahead)
         return available
     finally:
         probe.close()
@@ -197,9 +206,10 @@ def _mismatch(out: Path, line: int, name: str, recorded: Any, current: Any) -> C
         "rollout, or write to a new file (--out). The file was not changed.")
 
 
-def episode_specs(cfg: RolloutConfig) -> list[EpisodeSpec]:
-    """Every episode of the command, in the order an uninterrupted run starts them."""
-    return [EpisodeSpec(seed=cfg.seed + task, sample=s) for task in range(cfg.episodes) for s in range(cfg.group_size)]
+def episode_specs(cfg: RolloutConfig) -> Iterator[EpisodeSpec]:
+    """Every episode of the command, in the order an uninterrupted run starts them, made as they are
+    read (``--episodes 1000000000000`` streams)."""
+    return (EpisodeSpec(seed=cfg.seed + task, sample=s) for task in range(cfg.episodes) for s in range(cfg.group_size))
 
 
 def plan_resume(cfg: RolloutConfig, out: Path) -> ResumePlan:
@@ -209,7 +219,7 @@ def plan_resume(cfg: RolloutConfig, out: Path) -> ResumePlan:
     from agentkit.envs import env_info
 
     # as the collector records it: stop=None means the environment's stop strings
-    specs, sampling = episode_specs(cfg), resolve_sampling(sampling_params(cfg.sampling, cfg.seed),
+    specs, sampling = list(episode_specs(cfg)), resolve_sampling(sampling_params(cfg.sampling, cfg.seed),
                                                            env_info(cfg.env.id).action_format)
     wanted = {(spec.seed, spec.sample) for spec in specs}
     current = {"env": cfg.env.id, "split": cfg.split, "context_mode": cfg.context.mode,
@@ -295,7 +305,8 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
         specs = list(plan.remaining)
 
     # bad env settings fail here, before a model is loaded or the output file touched; first-use games are made now
-    check_env_settings(cfg.env, cfg.split, sorted({spec.seed for spec in specs}))
+    check_env_settings(cfg.env, cfg.split, range(cfg.seed, cfg.seed + cfg.episodes) if plan is None else
+                       sorted({spec.seed for spec in specs}))
     with contextlib.ExitStack() as resources:  # whatever was built is closed, however this ends
         backend = make_backend_from(cfg.backend, model_dir, seed=cfg.seed)
         resources.callback(backend.close)
@@ -317,6 +328,10 @@ def run_rollout(cfg: RolloutConfig, model_dir: Path, *, progress=None, out: Path
                 stats = collector.run(specs, writer.write, progress=progress)
         except DiskFullError as err:
             raise DiskFullError(f"{err} {_after_disk_full(cfg, out)}") from err
+        except Exception:
+            if mode == "new" and writer.count == 0:
+                out.unlink(missing_ok=True)  # a refused run leaves no file it created (Ctrl-C keeps it: --resume)
+            raise
     return stats, out
 
 

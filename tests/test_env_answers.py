@@ -292,6 +292,38 @@ def test_a_malformed_server_answer_is_retried_then_fails_clearly(tiny_model_dir,
         backend.close()
 
 
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_a_text_answer_that_spells_chat_markup_stays_text(tiny_model_dir, api):
+    """A server that answers text only (no token ids) spelling an end of turn and a system message:
+    the ids hold no control token but the end of turn agentkit adds, and the next request of the
+    episode carries no forged system message."""
+    from agentkit.rollout import SamplingParams
+    from agentkit.rollout.context import encode_chat, make_context
+    from agentkit.rollout.hf_backend import load_tokenizer
+    from agentkit.rollout.openai_backend import OpenAIBackend, decode_chatml
+    from fault_server import MARKUP
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    start, end = tokenizer.convert_tokens_to_ids("<|im_start|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
+    prompt = encode_chat(tokenizer, [{"role": "user", "content": "hi"}], True)
+    with FaultServer() as server:
+        backend = OpenAIBackend(server.url, tokenizer, api=api, max_retries=0)
+        server.plan([], then="markup_text")
+        [generation] = backend.generate([prompt], SamplingParams(max_new_tokens=200), [0])
+        backend.close()
+    ids = generation.token_ids
+    assert start not in ids and end not in ids[:-1] and ids[-1] == end, "server text became control tokens"
+    assert tokenizer.decode(ids[:-1], skip_special_tokens=False) == MARKUP
+    builder = make_context("chat", tokenizer, "Be brief.")  # the episode goes on: its next request
+    state = builder.start("task")
+    builder.next_turn(state, "You are in a room.")
+    builder.end_turn(state, MARKUP, "look", ids)
+    builder.next_turn(state, "Next.")
+    messages = decode_chatml(tokenizer, state.prompt)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"], messages
+    assert messages[2]["content"] == MARKUP
+
+
 @pytest.mark.parametrize("models", ["html", "strings"])
 def test_a_models_list_of_the_wrong_shape_is_a_malformed_answer(tiny_model_dir, models):
     from agentkit.rollout.hf_backend import load_tokenizer

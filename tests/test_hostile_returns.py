@@ -76,6 +76,23 @@ def test_a_newest_checkpoint_without_its_marker_is_refused_by_name(run, capsys):
     assert checkpoints(run) == [1, 2] and _steps(run) == [1, 2]  # step 2 played again from step-1
 
 
+def test_a_checkpoint_file_edited_in_place_is_refused_by_name(run, capsys):
+    """state.json's step changed by hand, the size kept: the marker's SHA-256 tells, one line names the file."""
+    newest = run / "checkpoints" / "step-2"
+    state = (newest / "state.json").read_text()
+    edited = state.replace('"step": 2', '"step": 9')
+    assert edited != state and len(edited) == len(state)
+    (newest / "state.json").write_text(edited)
+    before = _disk(run)
+    assert main(_resume(run, "--steps", "6")) == 2
+    err = capsys.readouterr().err
+    [line] = [line for line in err.splitlines() if "is damaged" in line]
+    assert "state.json changed since it was written (same size, other bytes" in line and "Traceback" not in err
+    assert _disk(run) == before, "the refused resume changed the run folder"
+    (newest / "state.json").write_text(state)  # put back as written: it resumes
+    assert main(_resume(run, "--steps", "3")) == 0 and checkpoints(run)[-1] == 3
+
+
 def test_resume_refuses_each_setting_that_changes_the_run(run, tiny_model_dir, tmp_path, capsys):
     """Each setting of what the run computes, given another value (by flag, --set or --config), is
     named with the run's value and the command's; exit 2 and nothing changed. How the run is carried

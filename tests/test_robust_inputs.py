@@ -644,14 +644,21 @@ def test_checkpoint_missing_each_file_is_refused_naming_folder_and_file(run_with
 
 @pytest.mark.parametrize("name", ["state.json", "optimizer.json", "optimizer.safetensors", "rng.safetensors"])
 def test_checkpoint_corrupted_file_is_refused_naming_it(run_with_checkpoint, tiny_model_dir, tmp_path, name):
-    """Damage that keeps the file's size (so only reading it can tell)."""
-    from agentkit.checkpoint import load_training_state
+    """Damage that keeps the file's size: the marker's SHA-256 tells; under an older agentkit's marker
+    (sizes only), reading the file tells."""
+    from agentkit.checkpoint import MARKER, load_training_state
 
     run = tmp_path / "run"
     shutil.copytree(run_with_checkpoint, run)
     path = run / "checkpoints" / "step-1" / name
     size = path.stat().st_size
     path.write_bytes(b"\xff" * size)
+    before = snapshot(run)
+    with pytest.raises(ConfigError, match=rf"step-1 is damaged: {re.escape(name)} changed since it was written \(same size"):
+        load_training_state(path.parent, fresh_optimizer(tiny_model_dir))
+    assert snapshot(run) == before
+    marker = path.parent / MARKER
+    marker.write_text(json.dumps({file: entry["size"] for file, entry in json.loads(marker.read_text()).items()}))
     before = snapshot(run)
     with pytest.raises(ConfigError, match=rf"step-1: cannot restore from .*{re.escape(name)}"):
         load_training_state(path.parent, fresh_optimizer(tiny_model_dir))

@@ -84,8 +84,12 @@ def test_resume_keeps_the_run_length_and_names_what_it_ignores(tmp_path, capsys)
     saved = (run / "config.yaml").read_text()
     assert "lr: 0.0003" in saved and "steps: 2" in saved  # the new length is the run's now; lr stays its own
     capsys.readouterr()
-    assert main(["train", "--out", str(run), "--resume", "--quiet"]) == 0  # a finished run: nothing to do
-    assert "already has its 2 steps" in capsys.readouterr().err and _steps(run) == [1, 2]
+    files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(run.rglob("*")) if p.is_file()}
+    # a finished run: nothing to do, and nothing changes, not even the saved length when --steps is shorter
+    for shorter in ([], ["--steps", "1"]):
+        assert main(["train", "--out", str(run), "--resume", "--quiet", *shorter]) == 0
+        assert "already has 2 steps (checkpoint step-2); nothing to do, nothing changed" in capsys.readouterr().err
+        assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(run.rglob("*")) if p.is_file()} == files
 
 
 def test_bad_env_settings_fail_before_the_run_folder_is_written(tmp_path, capsys):

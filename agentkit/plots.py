@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentkit.core.jsonl import read_records
+
 BASE = ["success_rate", "return_mean", "loss"]
 SKIP = {"data", "step", "tokens", "lr", "step_s", "skipped_updates", "rollout_tokens_per_s", "turns_mean", "invalid_rate", "grad_norm"}
 # panels that summarize the step's episodes: on a step trained on demonstrations ("data":
@@ -29,19 +31,13 @@ class Series:
     demonstrations: bool = False
 
 
-def _read(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _points(rows: list[dict], key: str) -> list[tuple[int, float]]:
     return [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
 
 
 def panels(run_dirs: list[Path]) -> dict[str, list[Series]]:
     """Panel -> the series drawn in it, each tagged with its run."""
-    runs = [(Path(d), _read(Path(d) / "metrics.jsonl"), _read(Path(d) / "eval.jsonl")) for d in run_dirs]
+    runs = [(Path(d), read_records(Path(d) / "metrics.jsonl"), read_records(Path(d) / "eval.jsonl")) for d in run_dirs]
     extra = sorted({k for _, rows, _ in runs for row in rows for k in row} - SKIP - set(BASE))
     out: dict[str, list[Series]] = {}
     for panel in [*BASE, "eval success_rate", *extra]:

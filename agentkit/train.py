@@ -74,7 +74,7 @@ from agentkit.core.errors import (
 )
 from agentkit.core.evalstats import paired_difference
 from agentkit.core.faults import fault_active, fault_point
-from agentkit.core.jsonl import TrajectoryWriter, append_whole, read_trajectories
+from agentkit.core.jsonl import TrajectoryWriter, append_whole, read_records, read_trajectories
 from agentkit.core.model_files import adapter_base
 from agentkit.core.settings import GenerationSettings
 from agentkit.core.trajectory import Trajectory
@@ -391,7 +391,7 @@ class NothingToDo(AgentkitError):
         return f"{self.run_dir} already has {self.last} steps"
 
     def result(self) -> TrainResult:
-        records = _read_records(self.run_dir / "eval.jsonl")
+        records = read_records(self.run_dir / "eval.jsonl")
         return TrainResult(self.run_dir, self.last, records[-1] if records else None,
                            self.run_dir / "checkpoints" / f"step-{self.last}", start_eval=start_eval(self.run_dir))
 
@@ -786,13 +786,9 @@ def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> tup
     return stats, report
 
 
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
 def start_eval(run_dir: Path) -> dict[str, Any] | None:
     """eval.jsonl's step-0 record (the starting policy), if the run has one."""
-    return next((r for r in _read_records(run_dir / "eval.jsonl") if r.get("step") == 0), None)
+    return next((r for r in read_records(run_dir / "eval.jsonl") if r.get("step") == 0), None)
 
 
 def evaluate_step(run: Run, step: int) -> None:

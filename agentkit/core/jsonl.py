@@ -18,7 +18,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from agentkit.core.errors import OutputExistsError, TrajectoryFormatError, disk_full, no_space
 from agentkit.core.trajectory import Trajectory
@@ -157,6 +157,12 @@ class TrajectoryWriter:
                 self.close()
             return
         self.close()
+
+
+def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The JSON records of a log file of the run folder (metrics.jsonl, eval.jsonl), [] when it is absent."""
+    path = Path(path)
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def iter_trajectories(path: str | os.PathLike, *, strict: bool = False) -> Iterator[Trajectory]:

@@ -7,8 +7,11 @@
     c_t = mean over the turn's response positions of the teacher's top-1 probability
     Z   = sum_t |a_t| / sum_t s_t |a_t|          (mean token weight 1; all Skip -> loss 0)
 
-L_OPD is ``opd``'s sampled estimator: per token -min(rho A, clip(rho) A) with A = -(logS - logT)
-detached. The judge (``judge: teacher``) is the teacher's own weights answering the editable prompt
+L_OPD is ``opd``'s reverse KL under the same estimator settings (``EstimatorSettings``): ``full``
+(default: the exact reverse KL at each response position) or ``sampled`` (the paper's: per token
+-min(rho A, clip(rho) A) with A = -(logS - logT) detached). Departure: the paper's L_OPD is the
+sampled estimator; the default here is ``full``, because the sampled one does not learn when the
+student starts far from the teacher (``objectives/opd.py``); ``estimator: sampled`` is the paper's. The judge (``judge: teacher``) is the teacher's own weights answering the editable prompt
 in ``teachers/templates/judge.txt`` (the judge is built by the loop); ``judge: oracle`` compares with the environment's
 expert action (ablations). The loop builds the judge from these settings (``requirements()``)
 and passes its labels to ``prepare`` with the teacher's scores. Each token's weight Z * s_t is
@@ -29,30 +32,21 @@ from typing import ClassVar
 
 import torch
 from agentkit.objectives.batch import TokenBatch, build_batch
-from agentkit.objectives.common import (
-    aggregate,
-    masked_mean,
-    sampled_reverse_kl,
-    teacher_logprobs,
-    with_teacher,
-)
+from agentkit.objectives.common import aggregate, masked_mean, with_teacher
+from agentkit.objectives.opd import EstimatorSettings, reverse_kl_per_token
 from agentkit.objectives.protocol import Capabilities
 from agentkit.objectives.scores import StepScores
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agentkit.core.trajectory import Trajectory
 
 
-class SAGEOPDConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SAGEOPDConfig(EstimatorSettings):
     alpha: float = Field(0.5, ge=0, le=1, description="Intervention of a Weak turn (Skip 0, Strong 1).")
     judge: str = Field("teacher", pattern=r"^(teacher|oracle|openai:https?://\S+)$",
                        description="Who labels turns: teacher (the teacher LLM), oracle (the expert action), or "
                                    "openai:URL[#MODEL] (an OpenAI-compatible chat server; key from $OPENAI_API_KEY).")
     judge_template: str | None = Field(None, description="Judge prompt template file (default: the shipped one).")
-    clip_low: float = Field(0.2, ge=0, description="PPO clip below.")
-    clip_high: float = Field(0.28, ge=0, description="PPO clip above.")
     confidence: bool = Field(True, description="Weight turns by the teacher's confidence c_t (false: the ablation "
                                                "s_t = i_t).")
     normalize: bool = Field(True, description="Rescale by Z to OPD's scale (false: the ablation without Z, Z = 1).")
@@ -85,15 +79,17 @@ def normalize_weights(s: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor
 
 class SAGEOPD:
     Config = SAGEOPDConfig
-    # no default teacher: a separate, larger model, --teacher model:DIR
-    capabilities: ClassVar[Capabilities] = Capabilities(needs_teacher=True, needs_judge=True, judge="teacher")
+    # no default teacher: a separate, larger model, --teacher model:DIR. needs_support: with estimator=full.
+    capabilities: ClassVar[Capabilities] = Capabilities(needs_teacher=True, needs_support=True, needs_judge=True,
+                                                        judge="teacher")
     LABEL_IDS = {"skip": 0, "weak": 1, "strong": 2}
 
     def __init__(self, config: SAGEOPDConfig | None = None) -> None:
         self.config = config or SAGEOPDConfig()
 
     def requirements(self) -> Capabilities:
-        return replace(self.capabilities, judge=self.config.judge, judge_template=self.config.judge_template)
+        return replace(self.config.requirements(self.capabilities), judge=self.config.judge,
+                       judge_template=self.config.judge_template)
 
     def prepare(self, trajectories: Sequence[Trajectory], scores: StepScores | None = None) -> TokenBatch:
         batch = with_teacher(build_batch(trajectories), scores, "sage_opd")
@@ -117,11 +113,7 @@ class SAGEOPD:
         signals = {**batch.signals, "label": labels.float(), "confidence": confidence, "weight": weights}
         return replace(batch, weights=weights, metrics={**batch.metrics, **metrics}, signals=signals)
 
-    def loss(self, batch: TokenBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        cfg, mask = self.config, batch.response_mask  # [B, L]
-        logT = teacher_logprobs(batch, "sage_opd")  # [B, L]
-        per_token, clipped = sampled_reverse_kl(logprobs, batch.old_logprobs, logT, mask, cfg.clip_low,
-                                                cfg.clip_high, batch.is_weights)  # [B, L]
-        loss = aggregate(batch.weights * per_token, batch, "token-mean")
-        return loss, {"reverse_kl": float(masked_mean(logprobs.detach() - logT, mask)),
-                      "clip_fraction": float(masked_mean(clipped.float(), mask))}
+    def loss(self, batch: TokenBatch, logprobs: torch.Tensor,
+             support: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        per_token, metrics = reverse_kl_per_token(self.config, batch, logprobs, support, "sage_opd")  # [B, L]
+        return aggregate(batch.weights * per_token, batch, "token-mean"), metrics

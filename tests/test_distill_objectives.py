@@ -59,7 +59,7 @@ def test_no_gradient_flows_through_gate_or_teacher():
     assert logT.grad is None or torch.count_nonzero(logT.grad) == 0
     for name in ("opd", "opsd", "opsd_rkl", "rlsd", "skill_sd", "grpo_opsd", "grpo_opsd_rkl", "sage_opd"):
         logT = torch.tensor(LOGT, requires_grad=True)
-        args = {} if name in ("opd", "opsd_rkl", "sage_opd") else {"kl_coef": 0.0}
+        args = {"estimator": "sampled"} if name in ("opd", "opsd_rkl", "sage_opd") else {"kl_coef": 0.0}
         loss, _ = make_objective(name, args).loss(replace(batch, teacher_logprobs=logT, advantages=torch.tensor([[0.0, 1.0, -1.0]])),
                                             torch.tensor(LOGS, requires_grad=True))
         loss.backward()
@@ -89,7 +89,7 @@ def test_sage_turn_scores_and_z_golden():
     s0, _ = turn_scores(torch.zeros((1, 4), dtype=torch.long), top1, turns, mask, alpha=0.5)
     w0, z0 = normalize_weights(s0, mask)
     assert z0 == 0.0 and float(w0.abs().sum()) == 0.0
-    sage = make_objective("sage_opd")
+    sage = make_objective("sage_opd", {"estimator": "sampled"})
     batch = replace(batch_of([[1, 1, 1, 1]], [[-1.0] * 4], [[0.0] * 4]), teacher_logprobs=torch.tensor([[-0.5] * 4]))
     logS = torch.tensor([[-1.0] * 4], requires_grad=True)
     loss, _ = sage.loss(replace(batch, weights=w0), logS)

@@ -19,7 +19,7 @@ BASE = ["env.id=textworld/coin-v0", "env.kwargs.level=1", "env.max_turns=3", "ev
         "rollout.tasks_per_step=2", "rollout.group_size=2", "sampling.temperature=0.5", "sampling.max_new_tokens=12",
         "train.steps=2", "checkpoint.every=1"]
 DIAGNOSTICS = {
-    "opd": {"reverse_kl", "teacher_logprob_mean", "clip_fraction"},
+    "opd": {"reverse_kl", "teacher_logprob_mean", "full_kl"},  # the default estimator: full
     "opsd": {"gate_mean", "gap_mean", "negative_gap_share", "sdar_loss", "kl"},
     "opsd_rkl": {"reverse_kl", "teacher_logprob_mean"},
     "grpo_opsd": {"gate_mean", "gap_mean", "negative_gap_share", "sdar_loss"},

@@ -220,11 +220,11 @@ GAP_MEAN = -REVERSE_KL
 
 
 def test_opd_sampled_golden():
-    got = run("opd", {})
+    got = run("opd", {"estimator": "sampled"})
     check(got, expect(opd_tokens()))
     assert got[2]["reverse_kl"] == pytest.approx(REVERSE_KL)
     assert got[2]["teacher_logprob_mean"] == pytest.approx(sum(LOGT[b][t] for b, t in TOKENS) / N)
-    check(run("opsd_rkl", {}), expect(opd_tokens()))  # the reverse-KL self-distillation variant
+    check(run("opsd_rkl", {"estimator": "sampled"}), expect(opd_tokens()))  # the reverse-KL self-distillation variant
     # topk 1: renormalized over the teacher's single token both distributions are 1 there: KL 0
     one = torch.log(torch.tensor([[[0.7]]]))
     batch = replace(batch_of([[1]], [[0.0]], [[0.0]]), teacher_logprobs=torch.zeros(1, 1),
@@ -346,7 +346,7 @@ def test_sage_opd_label_turn_confidence_and_z_mapping():
     judgments = Judgments(labels=[["strong", "skip", "weak"], ["weak", "strong"]],
                           by_check=[[False, False, False], [False, True]])
     scores = StepScores(teacher=TeacherScores(logprobs=logT, top1=top1), judgments=judgments)
-    sage = make_objective("sage_opd", {"alpha": 0.3})
+    sage = make_objective("sage_opd", {"alpha": 0.3, "estimator": "sampled"})  # the paper's L_OPD
     prepared = sage.prepare(trajectories, scores)
     # c_t = the turn's mean top-1 probability; s_t = i_t * c_t with i = (strong 1, skip 0, weak 0.3)
     c = [(0.9 + 0.7) / 2, 0.5, (0.6 + 0.8 + 0.4) / 3, (0.3 + 0.5) / 2, (0.95 + 0.85) / 2]
@@ -432,6 +432,25 @@ def test_opd_full_estimator_on_the_policys_support_layout():
     assert support.grad[0].tolist() == pytest.approx(want, rel=1e-5)
 
 
+def test_sage_opd_default_estimator_weights_each_positions_exact_reverse_kl():
+    # SAGE-OPD's default L_OPD is the exact reverse KL per response position (opd's full estimator),
+    # times the token's weight Z * s_t, token-mean over the batch's response tokens
+    mask = [[1, 0], [1, 1]]
+    student = torch.log(torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8], [0.6, 0.2, 0.2]]))  # [N, V]
+    teacher_rows = [[[0.4, 0.4, 0.2], [0.3, 0.3, 0.4]], [[0.2, 0.2, 0.6], [0.7, 0.1, 0.2]]]
+    weights = torch.tensor([[1.6, 0.0], [0.3, 1.1]])  # [B, L]
+    batch = replace(batch_of(mask, [[-1.0, 0.0], [-1.0, -1.0]], [[0.0, 0.0], [0.0, 0.0]]),
+                    teacher_logprobs=torch.zeros(2, 2), teacher_support_logprobs=torch.log(torch.tensor(teacher_rows)),
+                    weights=weights)
+    sage = make_objective("sage_opd")
+    assert sage.requirements().needs_support and sage.requirements().topk == 0
+    loss, metrics = sage.loss(batch, torch.zeros(2, 2), student)
+    pairs = [(student[0], teacher_rows[0][0]), (student[1], teacher_rows[1][0]), (student[2], teacher_rows[1][1])]
+    kls = [sum(math.exp(s) * (s - math.log(t)) for s, t in zip(st.tolist(), tt, strict=True)) for st, tt in pairs]
+    assert float(loss) == pytest.approx((1.6 * kls[0] + 0.3 * kls[1] + 1.1 * kls[2]) / 3, rel=1e-5)
+    assert metrics["full_kl"] == pytest.approx(sum(kls) / 3, rel=1e-5)
+
+
 def test_sage_opd_keeps_weights_when_the_weighted_mass_is_below_one():
     # one weak turn of one token with confidence 0.5: sum s |a| = 0.15 < 1, still Z = 1 / 0.15
     trajectories = [_trajectory("a", 1.0, [1], [[-0.5]])]
@@ -481,7 +500,7 @@ def test_importance_weights_scale_each_sampled_token_term_and_not_the_kl():
         kl, dkl = k3_token(LOGS[b][t], LOGREF[b][t])
         grpo.append((wi * pg + 0.01 * kl, wi * dpg + 0.01 * dkl))
     check(run("grpo", {}, batch), expect(grpo))
-    check(run("opd", {}, batch), expect(opd_tokens(weights=w)))
+    check(run("opd", {"estimator": "sampled"}, batch), expect(opd_tokens(weights=w)))
     opd = opd_tokens(weights=w, high=0.2)
     check(run("grpo_opsd_rkl", {"lam": 0.5}, batch),
           expect([(g + 0.5 * o, dg + 0.5 * do) for (g, dg), (o, do) in zip(grpo, opd, strict=True)]))

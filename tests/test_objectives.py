@@ -141,7 +141,10 @@ def test_capabilities_are_declared_and_readable_without_building():
     assert make_objective("opsd", {"pg_coef": 1.0}).requirements().needs_groups
     full = make_objective("opd", {"estimator": "full", "topk": 5}).requirements()
     assert full.needs_support and full.topk == 5
-    assert not make_objective("opd").requirements().needs_support
+    assert make_objective("opd").requirements().needs_support  # full is the default estimator
+    assert not make_objective("opd", {"estimator": "sampled"}).requirements().needs_support
+    assert make_objective("sage_opd").requirements().needs_support
+    assert not make_objective("sage_opd", {"estimator": "sampled"}).requirements().needs_support
     sage = make_objective("sage_opd", {"judge": "oracle"}).requirements()
     assert sage.needs_judge and sage.judge == "oracle" and sage.needs_teacher
     with pytest.raises(ValueError, match="default_teacher is set but needs_teacher is False"):

@@ -158,7 +158,7 @@ def test_the_loop_scores_what_the_objective_declares(backend, episodes):
     from agentkit.scoring import build_teacher_and_judge, score_step
 
     trajectories, bank = episodes
-    sage = make_objective("sage_opd", {"judge": "oracle"})
+    sage = make_objective("sage_opd", {"judge": "oracle", "estimator": "sampled"})  # the teacher's tokens only
     with pytest.raises(ConfigError, match="'sage_opd' distills from a separate teacher model"):
         build_teacher_and_judge(sage.requirements(), teacher_spec=None, policy=backend.model,
                                 tokenizer=backend.tokenizer, objective="sage_opd")

@@ -95,7 +95,7 @@ from agentkit.rollout.run import (
     resolve_env,
     sampling_params,
 )
-from agentkit.scoring import build_teacher_and_judge, resolve_teacher_spec, score_step
+from agentkit.scoring import build_teacher_and_judge, score_step
 from agentkit.signals import episode_signals
 from agentkit.skill_credit import skill_credits
 from agentkit.trackers import Trackers, check_installed, open_trackers
@@ -308,8 +308,12 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
 
     if cfg.model:
         resolve_model_dir(cfg.model)
-    if cfg.teacher.spec:
-        resolve_teacher_spec(cfg.teacher.spec)
+    if run_dir.exists() and any(run_dir.iterdir()) and not _never_started(run_dir):
+        raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, "
+                          "or choose another --out.")
+    from agentkit.default_teacher import with_run_defaults
+
+    cfg = with_run_defaults(cfg)  # the teacher and demonstrations the objective needs, built on first use
     # bad environment settings fail here, before the run folder is written; evaluation plays at
     # most the tasks the held-out split holds
     episodes = capped_episodes(0, cfg.eval.episodes, check_env_settings(cfg.env, cfg.eval.split, range(cfg.eval.episodes)),
@@ -318,9 +322,6 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
     if not cfg.train.demos:  # the run's training tasks, made now where they are made on first use
         check_env_settings(cfg.env, "train", range(cfg.train.steps * cfg.rollout.tasks_per_step))
     if run_dir.exists() and any(run_dir.iterdir()):
-        if not _never_started(run_dir):
-            raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, "
-                              "or choose another --out.")
         print(f"{run_dir}: an earlier run there stopped before its first step; starting anew in it.", file=sys.stderr)
         _drop_lost_steps(run_dir, 0)
         for name in ("eval.jsonl", "metrics.jsonl"):
@@ -405,9 +406,14 @@ class TrainResult:
     final_eval: dict[str, Any] | None
     checkpoint: Path | None
     start_eval: dict[str, Any] | None = None  # eval.jsonl's step 0: the policy before any update
+    teacher: str | None = None  # the teacher the objective distilled from (teacher.spec), if any
 
     def summary(self) -> str:
         lines = [f"run folder: {self.run_dir} (metrics.jsonl, eval.jsonl, checkpoints/, curves.png)"]
+        if self.teacher is not None:
+            from agentkit.default_teacher import describe_teacher
+
+            lines.append(f"teacher: {describe_teacher(self.teacher)}")
         if self.final_eval is not None:
             end = self.final_eval
             lines.append(f"eval ({end['split']} split, {end['episodes']} greedy episodes): success "
@@ -923,4 +929,5 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     steps = checkpoints(run.run_dir) if ranks.is_main else []
     return TrainResult(run.run_dir, cfg.train.steps, run.last_eval,
                        run.run_dir / "checkpoints" / f"step-{steps[-1]}" if steps else None,
-                       start_eval=start_eval(run.run_dir) if ranks.is_main else None)
+                       start_eval=start_eval(run.run_dir) if ranks.is_main else None,
+                       teacher=cfg.teacher.spec if run.needs.needs_teacher else None)

@@ -218,23 +218,49 @@ def _print_summary(console, env_id: str, stats, out: Path | None, *, resumed=Non
 
 # -- envs -------------------------------------------------------------------------------------
 def cmd_envs_list(args: argparse.Namespace) -> int:
+    """One line per environment: its id, status and turn limit whole, its splits, then its
+    description, or for one not installed its pip command (whole) and what is missing, then its
+    registered settings and the plugin it comes from; a terminal too narrow cuts the splits and the
+    end of the line with an ellipsis, a log gets every row whole. Cells are plain text, never rich
+    markup (which would eat the ``[extra]`` of ``pip install 'agentkit[extra]'``)."""
+    from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     from agentkit.envs import env_info, status
 
-    table = Table(title="agentkit environments")
-    for col in ("id", "status", "settings", "turns", "splits (held out)", "description", "from"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("id", "status", "turns", "from"))  # names whole, never cut
-    for row in status():
+    rows = status()
+    lines = []
+    for row in rows:
         try:
             info = env_info(row.id)
         except AgentkitError:  # a broken plugin: its row says what is wrong
             info = None
+        splits = ", ".join(s + "*" if s == info.eval_split else s for s in info.splits) if info else ""
         settings = " ".join(f"{k}={v}" for k, v in info.kwargs.items()) if info else ""
-        splits = ", ".join(info.splits) + f" ({info.eval_split})" if info else ""
-        table.add_row(row.id, "installed" if row.available else "[red]unavailable[/red]", settings,
-                      str(info.max_turns) if info else "", splits, row.detail, row.distribution)
-    _stdout_console().print(table)
+        about = (row.detail + (f"; {settings}" if settings and row.available else "")
+                 + (f"; from {row.distribution}" if row.distribution != "agentkit" else ""))
+        lines.append([Text(row.id), Text("installed") if row.available else Text("missing", style="red"),
+                      Text(str(info.max_turns) if info else ""), Text(splits), Text(about)])
+    console = _stdout_console()
+    headers = ["id", "status", "turns", "splits", "description; settings"]
+    widths = [max([len(header), *(len(cells[column]) for cells in lines)]) for column, header in enumerate(headers)]
+    if console.is_terminal:  # one line a row: the splits and the description share what the rest leaves
+        room = console.width - sum(widths[:3]) - 3 * len(headers)
+        # the pip command whole (and the ellipsis after it)
+        hint = max([12, *(len(row.detail.split(";")[0]) + 1 for row in rows if not row.available)])
+        widths[3] = min(widths[3], max(8, room - hint))
+        widths[4] = min(widths[4], max(hint, room - widths[3]))
+    else:  # a log or a pipe: every row whole, on one line
+        console.width = max(console.width, sum(widths) + 3 * len(headers))
+    table = Table(title="agentkit environments (* the held-out split)", box=box.SIMPLE_HEAD, pad_edge=False,
+                  title_justify="left")
+    for header, width in zip(headers, widths, strict=True):
+        table.add_column(header, no_wrap=True, overflow="ellipsis", width=width,
+                         justify="right" if header == "turns" else "left")
+    for cells in lines:
+        table.add_row(*cells)
+    console.print(table)
     return 0
 
 

@@ -414,9 +414,9 @@ def status() -> list[EnvStatus]:
             rows.append(EnvStatus(record.name, False, f"broken: {err}", record.distribution))
             continue
         missing = missing_requirements(info)
-        if missing:
-            hint = f"; pip install 'agentkit[{info.extra}]'" if info.extra else ""
-            rows.append(EnvStatus(record.name, False, f"missing: {', '.join(missing)}{hint}", info.distribution))
+        if missing:  # the command first: a narrow listing cuts the end of the line
+            hint = f"pip install 'agentkit[{info.extra}]'; " if info.extra else ""
+            rows.append(EnvStatus(record.name, False, f"{hint}missing: {', '.join(missing)}", info.distribution))
             continue
         rows.append(EnvStatus(record.name, True, info.description, info.distribution))
     return rows

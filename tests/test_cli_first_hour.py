@@ -1,0 +1,40 @@
+"""The first hour with the ``agentkit`` command, as a new user meets it (issue 34): the real CLI in
+process (its ``main``), the shipped default model, the built-in vaults environment."""
+
+from __future__ import annotations
+
+import re
+
+from agentkit.envs import REGISTRY, register, status
+
+from agentkit.cli import main
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_envs_list_prints_the_real_extra_and_one_line_per_row_at_100_columns(monkeypatch, capsys):
+    monkeypatch.setattr(REGISTRY, "_specs", dict(REGISTRY._specs))
+    register("test/needs-missing-v0", "agentkit.envs.vaults_env:VaultsEnv", requires=("agentkit_no_such_module",),
+             extra="textworld", description="needs a module that is not installed")
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich lays it out as for a terminal of 100 columns
+    assert main(["envs", "list"]) == 0
+    lines = ANSI.sub("", capsys.readouterr().out).splitlines()
+    assert "pip install 'agentkit[textworld]'" in "\n".join(lines)  # not "pip install 'agentkit'"
+    assert lines and all(len(line) <= 100 for line in lines), "\n".join(lines)
+    ids = [row.id for row in status()]
+    body = [line for line in lines if line.split() and line.split()[0] in ids]
+    assert [line.split()[0] for line in body] == ids  # one line each: no row folds onto a second line
+    assert len(lines) - len(body) <= 5, "\n".join(lines)  # the title, the header and its rule, blank lines
+    missing = next(line for line in body if line.split()[0] == "test/needs-missing-v0")
+    assert "missing" in missing and "pip install 'agentkit[textworld]'" in missing, missing
+
+
+def test_envs_list_in_a_log_keeps_every_row_whole_on_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("TTY_COMPATIBLE", "0")
+    assert main(["envs", "list"]) == 0
+    out = capsys.readouterr().out
+    for row in status():
+        line = next(line for line in out.splitlines() if line.split() and line.split()[0] == row.id)
+        assert row.detail in line and "…" not in line, line

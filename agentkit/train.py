@@ -78,7 +78,7 @@ from agentkit.core.jsonl import TrajectoryWriter, append_whole, read_records, re
 from agentkit.core.model_files import adapter_base
 from agentkit.core.settings import GenerationSettings
 from agentkit.core.trajectory import Trajectory
-from agentkit.lora import BaseView, MergedWeights, add_adapter, resume_adapter
+from agentkit.lora import BaseView, MergedWeights, add_adapter, check_peft, resume_adapter
 from agentkit.objectives import Capabilities, make_objective, policy_logprobs
 from agentkit.objectives.common import off_policy_correction
 from agentkit.rollout import EpisodeSpec
@@ -253,6 +253,18 @@ def _resume_differences(cfg: TrainConfig, saved: TrainConfig, given: dict[str, A
     return conflicts, ignored
 
 
+def check_packages(cfg: TrainConfig) -> None:
+    """Refuse a setting whose optional package is not installed, naming its extra, before any
+    environment, model or game work: the trackers of ``log.report_to``, peft for ``train.lora.rank``,
+    vLLM for ``--backend vllm``."""
+    check_installed(cfg.log.report_to)
+    check_peft(cfg.train.lora)
+    if cfg.backend.kind == "vllm":
+        from agentkit.rollout.vllm_backend import check_vllm
+
+        check_vllm()
+
+
 def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = None) -> tuple[TrainConfig, Path, int | None]:
     """The run folder and its settings. On resume, the saved config.yaml is the run's: only
     ``train.steps`` may change (when given); a setting of what the run computes given another value
@@ -271,7 +283,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
                               "COMPLETE marker (damaged, or written by an agentkit without markers). Move them away "
                               "to start the run again from step 0, or choose another --out.")
         original = load_config(saved)
-        check_installed(original.log.report_to)  # the run's trackers, before anything is written
+        check_packages(original)  # the run's trackers, peft, vLLM: before anything is loaded or written
         # only the length of the run may change on resume: from the command line when --steps was
         # given (``given`` lists what was); from a config built in Python (``given`` None) always
         given = {"train.steps": cfg.train.steps} if given is None else dict(given)
@@ -301,7 +313,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
                   "with its saved config.", file=sys.stderr)
             return cfg, run_dir, None
         return cfg, run_dir, last
-    check_installed(cfg.log.report_to)
+    check_packages(cfg)
     cfg = resolve_defaults(cfg)
     # a mistyped model or teacher folder fails at once, naming it, before anything is written
     from agentkit.models import resolve_model_dir

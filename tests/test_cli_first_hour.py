@@ -4,7 +4,10 @@ process (its ``main``), the shipped default model, the built-in vaults environme
 from __future__ import annotations
 
 import re
+import sys
+import time
 
+import pytest
 from agentkit.envs import REGISTRY, register, status
 
 from agentkit.cli import main
@@ -38,3 +41,29 @@ def test_envs_list_in_a_log_keeps_every_row_whole_on_one_line(monkeypatch, capsy
     for row in status():
         line = next(line for line in out.splitlines() if line.split() and line.split()[0] == row.id)
         assert row.detail in line and "…" not in line, line
+
+
+class _NeverBuilt:
+    """An environment that must not be built: the command should refuse before any env work."""
+
+    def __init__(self, **kwargs):
+        raise AssertionError("the environment was built before the settings were checked")
+
+
+register("testing/never-built-v0", _NeverBuilt, description="fails if built", overwrite=True)
+
+
+@pytest.mark.parametrize(("flags", "module", "message"), [
+    (["--lora-rank", "8"], "peft", "pip install 'agentkit[lora]'"),
+    (["--report-to", "wandb"], "wandb", "pip install 'agentkit[wandb]'"),
+    (["--backend", "vllm"], "vllm", "backend=vllm needs vLLM"),
+])
+def test_a_setting_whose_package_is_missing_is_refused_before_any_work(flags, module, message, monkeypatch, tmp_path,
+                                                                        capsys):
+    monkeypatch.setitem(sys.modules, module, None)  # the fault: not installed (import fails, find_spec is None)
+    started = time.perf_counter()
+    code = main(["train", "--env", "testing/never-built-v0", "--steps", "1", "--out", str(tmp_path / "run"), "--quiet",
+                 *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert time.perf_counter() - started < 5 and not (tmp_path / "run").exists()

@@ -42,6 +42,18 @@ class ObjectiveSection(Settings):
     args: dict[str, Any] = Field(default_factory=dict, json_schema_extra=flag("--objective-args"),
                                  description="The objective's own settings (agentkit train --help-config --objective NAME).")
 
+    @field_validator("name")
+    @classmethod
+    def _registered_spelling(cls, value: str) -> str:
+        """``sage-opd`` is ``sage_opd``: the name as registered (an unknown one is refused by the config's checks)."""
+        from agentkit.core.errors import UnknownNameError
+        from agentkit.objectives.protocol import REGISTRY
+
+        try:
+            return REGISTRY.spec(value).name
+        except UnknownNameError:
+            return value
+
 
 class TeacherSection(Settings):
     spec: str | None = Field(None, json_schema_extra=flag("--teacher"),

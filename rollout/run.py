@@ -77,12 +77,13 @@ def check_output(path: Path, *, append: bool, overwrite: bool, resume: bool = Fa
 
 def resolve_env(env: EnvSettings) -> EnvSettings:
     """``env`` with the environment's own defaults filled in where a setting was left to it (the
-    turn limit, its registered settings under those given), so that a run's config.yaml records
-    what was played; an unknown id fails here with "did you mean"."""
+    turn limit, its registered settings under those given) and its id as registered
+    (``vaults/vaults_v0`` is ``vaults/vaults-v0``), so that a run's config.yaml records what was
+    played; an unknown id fails here with "did you mean"."""
     from agentkit.envs import env_info
 
     info = env_info(env.id)
-    return env.model_copy(update={"max_turns": env.max_turns or info.max_turns,
+    return env.model_copy(update={"id": info.id, "max_turns": env.max_turns or info.max_turns,
                                   "kwargs": {**info.kwargs, **env.kwargs}})  # as make() merges them
 
 

@@ -67,3 +67,21 @@ def test_a_setting_whose_package_is_missing_is_refused_before_any_work(flags, mo
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert time.perf_counter() - started < 5 and not (tmp_path / "run").exists()
+
+
+SMALL = ["--tasks-per-step", "1", "--group-size", "2", "--eval-episodes", "1", "--max-new-tokens", "8",
+         "--no-eval-at-start", "--quiet"]
+
+
+def test_dashes_and_underscores_alike_in_objective_and_environment_names(tmp_path, capsys):
+    import yaml
+
+    run = tmp_path / "run"
+    assert main(["train", "--objective", "grpo-opsd", "--env", "vaults/vaults_v0", "--steps", "1", "--out", str(run),
+                 *SMALL]) == 0, capsys.readouterr().err
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["objective"]["name"] == "grpo_opsd" and saved["env"]["id"] == "vaults/vaults-v0"  # as registered
+    assert main(["train", "--help-config", "--objective", "sage-opd"]) == 0
+    assert "objective.args for 'sage-opd'" in capsys.readouterr().out
+    assert main(["train", "--objective", "sage-opdd", "--steps", "1", "--out", str(tmp_path / "x")]) == 2
+    assert "Did you mean 'sage_opd'" in capsys.readouterr().err  # a real typo still gets the suggestion

@@ -135,9 +135,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     out = Path(cfg.out) if cfg.out else default_out_path()
     check_output(out, append=cfg.append, overwrite=cfg.overwrite, resume=cfg.resume)
     model_dir = _model_dir(cfg.model)
-    from tqdm import tqdm
+    from agentkit.core.progress import progress_bar
 
-    bar = tqdm(total=cfg.episodes * cfg.group_size, desc=f"rollout {cfg.env.id}", unit="ep", disable=args.quiet)
+    bar = progress_bar(total=cfg.episodes * cfg.group_size, desc=f"rollout {cfg.env.id}", unit="ep", disable=args.quiet)
 
     def progress(trajectory, stats) -> None:
         bar.update(1)
@@ -337,9 +337,10 @@ def cmd_demos(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(_model_dir(cfg.model))
     make_env = env_factory(cfg.env.id, split=cfg.split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
     mode = "append" if cfg.append else "overwrite" if cfg.overwrite else "new"
-    from tqdm import tqdm
+    from agentkit.core.progress import progress_bar
 
-    seeds = tqdm(range(cfg.seed, cfg.seed + cfg.episodes), desc=f"demos {cfg.env.id}", unit="ep", disable=args.quiet)
+    seeds = progress_bar(range(cfg.seed, cfg.seed + cfg.episodes), desc=f"demos {cfg.env.id}", unit="ep",
+                         disable=args.quiet)
     written, lost = write_demonstrations(
         make_env, tokenizer, out, env_id=cfg.env.id, seeds=seeds, split=cfg.split, mode=mode,
         context=cfg.context.mode, window=cfg.context.window, show_admissible=cfg.context.show_admissible,
@@ -361,16 +362,15 @@ def _eval_settings(args: argparse.Namespace, policy: str | None = None):
 
 def _play_eval(args: argparse.Namespace, cfg, *, label: str = "") -> tuple:
     """One model's evaluation episodes with a progress bar: (stats, trajectories)."""
-    from tqdm import tqdm
-
+    from agentkit.core.progress import progress_bar
     from agentkit.rollout.run import check_output, run_eval
     from agentkit.skillbank import policy_selector
 
     out = Path(cfg.out) if cfg.out else None
     if out is not None:
         check_output(out, append=cfg.append, overwrite=cfg.overwrite)
-    bar = tqdm(total=cfg.episodes * cfg.samples, desc=f"eval {label}{cfg.env.id} ({cfg.split})", unit="ep",
-               disable=args.quiet)
+    bar = progress_bar(total=cfg.episodes * cfg.samples, desc=f"eval {label}{cfg.env.id} ({cfg.split})", unit="ep",
+                       disable=args.quiet)
     played: list = []
     try:
         stats = run_eval(cfg, _model_dir(cfg.model), out=out, progress=lambda t, s: bar.update(1),

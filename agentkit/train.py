@@ -870,10 +870,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     except NothingToDo as done:
         return done.result()
     cfg, ranks = run.cfg, run.ranks
-    from tqdm import tqdm
+    from agentkit.core.progress import progress_bar
 
-    bar = tqdm(total=cfg.train.steps, initial=run.first_step, desc=f"train {cfg.objective.name}", unit="step",
-               disable=not (show_progress and ranks.is_main))
+    bar = progress_bar(total=cfg.train.steps, initial=run.first_step, desc=f"train {cfg.objective.name}", unit="step",
+                       disable=not (show_progress and ranks.is_main))
     watch = Watch(needs_groups=run.needs.needs_groups)
     try:
         if ranks.is_main and cfg.eval.at_start and run.first_step == 0:

@@ -85,3 +85,32 @@ def test_dashes_and_underscores_alike_in_objective_and_environment_names(tmp_pat
     assert "objective.args for 'sage-opd'" in capsys.readouterr().out
     assert main(["train", "--objective", "sage-opdd", "--steps", "1", "--out", str(tmp_path / "x")]) == 2
     assert "Did you mean 'sage_opd'" in capsys.readouterr().err  # a real typo still gets the suggestion
+
+
+def test_progress_in_a_log_is_a_line_per_tenth_never_a_carriage_return(tmp_path, capsys):
+    """stderr is not a terminal here (captured), as in a log file or a pipe."""
+    assert main(["train", "--env", "vaults/vaults-v0", "--steps", "2", "--out", str(tmp_path / "run"),
+                 *[flag for flag in SMALL if flag != "--quiet"]]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err, repr(err)
+    assert "train grpo: 1/2 step (50%)" in err and "train grpo: 2/2 step (100%)" in err, err
+    assert main(["rollout", "--env", "vaults/vaults-v0", "--episodes", "20", "--max-turns", "2", "--max-new-tokens", "8",
+                 "--out", str(tmp_path / "r.jsonl")]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("rollout vaults/vaults-v0: ")]
+    assert "\r" not in err and len(lines) == 10 and lines[-1].startswith("rollout vaults/vaults-v0: 20/20 ep (100%)"), err
+
+
+def test_line_progress_shows_each_mark_once_with_the_figures_of_its_item(capsys):
+    from agentkit.core.progress import LineProgress
+
+    bar = LineProgress(total=25, desc="work", unit="ep")
+    for done in range(1, 21):  # stopped at 20 of 25
+        bar.update(1)
+        bar.set_postfix(done=done)
+    bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    marks = [line.split(":")[1].split(",")[0].strip() for line in lines]
+    assert marks == ["3/25 ep (12%)", "5/25 ep (20%)", "8/25 ep (32%)", "10/25 ep (40%)", "13/25 ep (52%)",
+                     "15/25 ep (60%)", "18/25 ep (72%)", "20/25 ep (80%)"], lines
+    assert all(line.endswith(f"done={mark.split('/')[0]}") for line, mark in zip(lines, marks, strict=True)), lines

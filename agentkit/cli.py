@@ -360,8 +360,9 @@ def _eval_settings(args: argparse.Namespace, policy: str | None = None):
     return cfg.model_copy(update={"env": resolve_env(cfg.env), "split": cfg.split or held_out_split(cfg.env.id)})
 
 
-def _play_eval(args: argparse.Namespace, cfg, *, label: str = "") -> tuple:
-    """One model's evaluation episodes with a progress bar: (stats, trajectories)."""
+def _play_eval(args: argparse.Namespace, cfg, model_dir: Path, *, label: str = "") -> tuple:
+    """One model's (``model_dir``: ``cfg.model`` resolved) evaluation episodes with a progress bar:
+    (stats, trajectories)."""
     from agentkit.core.progress import progress_bar
     from agentkit.rollout.run import check_output, run_eval
     from agentkit.skillbank import policy_selector
@@ -373,7 +374,7 @@ def _play_eval(args: argparse.Namespace, cfg, *, label: str = "") -> tuple:
                        disable=args.quiet)
     played: list = []
     try:
-        stats = run_eval(cfg, _model_dir(cfg.model), out=out, progress=lambda t, s: bar.update(1),
+        stats = run_eval(cfg, model_dir, out=out, progress=lambda t, s: bar.update(1),
                          skills=policy_selector(cfg.skills, env_id=cfg.env.id, seed=cfg.seed), played=played)
     finally:
         bar.close()
@@ -391,7 +392,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _quiet_hf()
     if cfg.compare:
         return _compare(args, cfg)
-    stats, played = _play_eval(args, cfg)
+    model_dir = _model_dir(cfg.model)  # once, first: a run folder's note comes before any result
+    stats, played = _play_eval(args, cfg, model_dir)
     how = "greedy" if cfg.samples == 1 else f"{cfg.samples} samples per task at temperature 1"
     console = _stdout_console()
     _print_summary(console, f"{cfg.env.id} ({cfg.split}, {how})", stats, cfg.out and Path(cfg.out), command="eval")
@@ -399,8 +401,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     report = eval_report(played)
     _print_report(console, report)
-    _write_report(console, cfg.report, {"model": str(_model_dir(cfg.model)), "env": cfg.env.id, "split": cfg.split,
-                                        **report})
+    _write_report(console, cfg.report, {"model": str(model_dir), "env": cfg.env.id, "split": cfg.split, **report})
     return 0
 
 
@@ -420,9 +421,10 @@ def _compare(args: argparse.Namespace, cfg) -> int:
         raise ConfigError(f"--compare: the two runs would play different tasks ({shown}); give the setting as a flag "
                           "(e.g. --env ID --env-kwargs ...) so both play the same.")
     console = _stdout_console()
+    model_dirs = [_model_dir(one.model) for one in cfgs]  # once, first: a run folder's note comes before any result
     played = []
-    for label, one in zip("AB", cfgs, strict=True):
-        stats, episodes = _play_eval(args, one, label=f"{label} ")
+    for label, one, model_dir in zip("AB", cfgs, model_dirs, strict=True):
+        stats, episodes = _play_eval(args, one, model_dir, label=f"{label} ")
         _print_summary(console, f"{label}: {one.model} on {one.env.id} ({one.split})", stats, None, command="eval")
         played.append(episodes)
     report = compare_report(*played)
@@ -433,7 +435,7 @@ def _compare(args: argparse.Namespace, cfg) -> int:
     console.print(f"paired difference A - B over {report['tasks']} tasks: {report['difference']:+.1%} "
                   f"(95% CI {low:+.1%} to {high:+.1%})" + ("; the interval holds 0: no difference shown"
                                                            if low <= 0 <= high else ""))
-    _write_report(console, cfg.report, {"model_a": str(_model_dir(cfgs[0].model)), "model_b": str(_model_dir(cfgs[1].model)),
+    _write_report(console, cfg.report, {"model_a": str(model_dirs[0]), "model_b": str(model_dirs[1]),
                                         "env": cfg.env.id, "split": cfg.split, **report})
     return 0
 

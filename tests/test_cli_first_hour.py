@@ -3,6 +3,8 @@ process (its ``main``), the shipped default model, the built-in vaults environme
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import sys
 import time
@@ -114,3 +116,16 @@ def test_line_progress_shows_each_mark_once_with_the_figures_of_its_item(capsys)
     assert marks == ["3/25 ep (12%)", "5/25 ep (20%)", "8/25 ep (32%)", "10/25 ep (40%)", "13/25 ep (52%)",
                      "15/25 ep (60%)", "18/25 ep (72%)", "20/25 ep (80%)"], lines
     assert all(line.endswith(f"done={mark.split('/')[0]}") for line, mark in zip(lines, marks, strict=True)), lines
+
+
+def test_eval_of_a_run_folder_says_which_checkpoint_first_and_once(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--env", "vaults/vaults-v0", "--steps", "1", "--out", str(run), *SMALL]) == 0
+    capsys.readouterr()
+    both = io.StringIO()  # stdout and stderr in the order written, as a terminal shows them
+    with contextlib.redirect_stdout(both), contextlib.redirect_stderr(both):
+        assert main(["eval", "--model", str(run), "--episodes", "2", "--quiet"]) == 0
+    shown = both.getvalue()
+    note = f"--model {run} is a run folder: using its newest checkpoint, {run}/checkpoints/step-1"
+    assert shown.count(note) == 1, shown
+    assert shown.index(note) < shown.index("success"), shown

@@ -269,6 +269,14 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
     """The run folder and its settings. On resume, the saved config.yaml is the run's: only
     ``train.steps`` may change (when given); a setting of what the run computes given another value
     is refused, naming each, and one of how it is carried out (``Setting.runtime``) named as ignored."""
+    if cfg.out is None:  # a new folder for every run, as rollout's files
+        if resume:
+            raise ConfigError("--resume continues a run: pass its folder, --out RUN_DIR (a run names it at its start "
+                              "and in its last lines).")
+        from agentkit.rollout.run import timestamped
+
+        cfg = cfg.model_copy(update={"out": str(timestamped("train"))})
+        print(f"run folder: {cfg.out} (--out to choose one)", file=sys.stderr)
     run_dir = Path(cfg.out)
     if resume:
         saved = run_dir / "config.yaml"

@@ -195,7 +195,7 @@ class LogSection(Settings):
 
 class TrainConfig(Settings):
     model: str | None = Field(None, description=MODEL_HELP)
-    out: str = Field("runs/train", description="Run folder.")
+    out: str | None = Field(None, description="Run folder (default: a new runs/train-YYYYmmdd-HHMMSS, named at the start).")
     seed: int = Field(0, ge=0, description="Seeds task sampling, sampling and initialization order.")
     env: EnvSettings = Field(default_factory=EnvSettings)
     rollout: RolloutSection = Field(default_factory=RolloutSection)

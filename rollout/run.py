@@ -48,8 +48,19 @@ from agentkit.core.settings import (
 )
 
 
+def timestamped(name: str, suffix: str = "") -> Path:
+    """``runs/NAME-YYYYmmdd-HHMMSS[SUFFIX]``, the default output of a command, with ``-2``, ``-3``...
+    after a name another run took in the same second."""
+    stem = Path("runs") / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    path, n = stem.with_name(stem.name + suffix), 1
+    while path.exists():
+        n += 1
+        path = stem.with_name(f"{stem.name}-{n}{suffix}")
+    return path
+
+
 def default_out_path() -> Path:
-    return Path("runs") / f"rollout-{datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
+    return timestamped("rollout", ".jsonl")
 
 
 def check_output(path: Path, *, append: bool, overwrite: bool, resume: bool = False) -> None:

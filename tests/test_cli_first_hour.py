@@ -129,3 +129,18 @@ def test_eval_of_a_run_folder_says_which_checkpoint_first_and_once(tmp_path, cap
     note = f"--model {run} is a run folder: using its newest checkpoint, {run}/checkpoints/step-1"
     assert shown.count(note) == 1, shown
     assert shown.index(note) < shown.index("success"), shown
+
+
+def test_train_without_out_makes_a_new_timestamped_folder_each_time(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    folders = []
+    for _ in range(2):  # the same second too: the second run gets a folder of its own
+        assert main(["train", "--env", "vaults/vaults-v0", "--steps", "1", *SMALL]) == 0
+        out, err = capsys.readouterr()
+        named = re.search(r"run folder: (runs/train-\d{8}-\d{6}(-\d+)?) \(--out to choose one\)", err)
+        assert named, err
+        assert f"run folder: {named.group(1)} (metrics.jsonl" in out, out  # and in the final lines
+        folders.append(named.group(1))
+    assert folders[0] != folders[1] and all((tmp_path / f / "checkpoints" / "step-1").is_dir() for f in folders)
+    assert main(["train", "--env", "vaults/vaults-v0", "--resume"]) == 2
+    assert "--resume continues a run: pass its folder, --out RUN_DIR" in capsys.readouterr().err

@@ -144,3 +144,14 @@ def test_train_without_out_makes_a_new_timestamped_folder_each_time(tmp_path, mo
     assert folders[0] != folders[1] and all((tmp_path / f / "checkpoints" / "step-1").is_dir() for f in folders)
     assert main(["train", "--env", "vaults/vaults-v0", "--resume"]) == 2
     assert "--resume continues a run: pass its folder, --out RUN_DIR" in capsys.readouterr().err
+
+
+def test_the_readme_quick_start_installs_into_a_new_virtual_environment():
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in quick.strip().splitlines()]
+    assert commands[0].startswith("python3 -m venv .venv") and "source .venv/bin/activate" in commands[0], commands
+    assert next(i for i, c in enumerate(commands) if c.startswith("pip install")) > 0, commands
+    assert "agentkit train --objective sage_opd --steps 1" in commands, commands

@@ -104,3 +104,22 @@ def test_a_student_with_another_tokenizer_gets_one_line(tiny_model_dir, tmp_path
     assert not (tmp_path / "run").exists()
     after = sorted((agentkit_cache / "teachers").glob("*")) if (agentkit_cache / "teachers").exists() else []
     assert after == before  # nothing built
+
+
+def test_the_teacher_is_what_train_sft_makes_with_the_recipe(tmp_path, capsys, quick_recipe):
+    """Built with the loop's own update and sampling: the same weights as ``agentkit train --objective
+    sft`` on the default demonstrations with the recipe's settings."""
+    from safetensors.torch import load_file
+
+    from agentkit.models import ensure_default_model
+
+    env = resolve_env(EnvSettings(id="vaults/vaults-v0"))
+    teacher = default_teacher.default_teacher(env, ContextSettings())
+    demos = default_teacher.default_demonstrations(env, ContextSettings(), ensure_default_model())
+    assert main(["train", "--objective", "sft", "--env", env.id, "--demos", str(demos), "--steps", str(QUICK.steps),
+                 "--lr", str(QUICK.lr), "--set", f"train.warmup_steps={QUICK.warmup_steps}",
+                 "--set", f"train.demos_per_step={QUICK.demos_per_step}", "--seed", str(QUICK.seed),
+                 "--out", str(tmp_path / "sft"), "--eval-episodes", "1", "--no-eval-at-start", "--quiet"]) == 0
+    ours = load_file(teacher / "model.safetensors")
+    theirs = load_file(tmp_path / "sft" / "checkpoints" / f"step-{QUICK.steps}" / "model.safetensors")
+    assert sorted(ours) == sorted(theirs) and all(ours[k].equal(theirs[k]) for k in ours)

@@ -95,7 +95,7 @@ from agentkit.rollout.run import (
     resolve_env,
     sampling_params,
 )
-from agentkit.scoring import build_teacher_and_judge, score_step
+from agentkit.scoring import build_teacher_and_judge, resolve_teacher_spec, score_step
 from agentkit.signals import episode_signals
 from agentkit.skill_credit import skill_credits
 from agentkit.trackers import Trackers, check_installed, open_trackers
@@ -328,17 +328,19 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
 
     if cfg.model:
         resolve_model_dir(cfg.model)
+    if cfg.teacher.spec:
+        resolve_teacher_spec(cfg.teacher.spec)
     if run_dir.exists() and any(run_dir.iterdir()) and not _never_started(run_dir):
         raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, "
                           "or choose another --out.")
-    from agentkit.default_teacher import with_run_defaults
-
-    cfg = with_run_defaults(cfg)  # the teacher and demonstrations the objective needs, built on first use
     # bad environment settings fail here, before the run folder is written; evaluation plays at
     # most the tasks the held-out split holds
     episodes = capped_episodes(0, cfg.eval.episodes, check_env_settings(cfg.env, cfg.eval.split, range(cfg.eval.episodes)),
                                what="eval.episodes", split=cfg.eval.split)
     cfg = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"episodes": episodes})})
+    from agentkit.default_teacher import with_run_defaults
+
+    cfg = with_run_defaults(cfg)  # the teacher and demonstrations the objective needs, built on first use
     if not cfg.train.demos:  # the run's training tasks, made now where they are made on first use
         check_env_settings(cfg.env, "train", range(cfg.train.steps * cfg.rollout.tasks_per_step))
     if run_dir.exists() and any(run_dir.iterdir()):

@@ -123,3 +123,12 @@ def test_the_teacher_is_what_train_sft_makes_with_the_recipe(tmp_path, capsys, q
     ours = load_file(teacher / "model.safetensors")
     theirs = load_file(tmp_path / "sft" / "checkpoints" / f"step-{QUICK.steps}" / "model.safetensors")
     assert sorted(ours) == sorted(theirs) and all(ours[k].equal(theirs[k]) for k in ours)
+
+
+def test_bad_environment_settings_fail_before_the_teacher_is_built(tmp_path, capsys, quick_recipe, monkeypatch):
+    monkeypatch.setenv("AGENTKIT_CACHE", str(tmp_path / "cache"))
+    assert main(["train", "--objective", "opd", "--steps", "1", "--out", str(tmp_path / "run"), *SMALL,
+                 "--env-kwargs", "families=nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown vault families ['nonsense']" in err and "teacher" not in err, err
+    assert not (tmp_path / "cache" / "teachers").exists() and not (tmp_path / "run").exists()

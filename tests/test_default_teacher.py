@@ -132,3 +132,33 @@ def test_bad_environment_settings_fail_before_the_teacher_is_built(tmp_path, cap
     err = capsys.readouterr().err
     assert "unknown vault families ['nonsense']" in err and "teacher" not in err, err
     assert not (tmp_path / "cache" / "teachers").exists() and not (tmp_path / "run").exists()
+
+
+class _NoExpert:
+    """A playable environment with no expert plan in its info."""
+
+    def __init__(self, split="train"):
+        self.split = split
+
+    def reset(self, *, seed=None, options=None):
+        return "a room", {"task": "leave", "admissible_actions": ["wait"]}
+
+    def step(self, action):
+        return "still here", 0.0, False, False, {"action_valid": True, "won": False}
+
+    def close(self):
+        pass
+
+
+def test_an_environment_without_an_expert_says_what_to_pass(tmp_path, capsys, quick_recipe, monkeypatch):
+    from agentkit.envs import REGISTRY, register
+
+    monkeypatch.setattr(REGISTRY, "_specs", dict(REGISTRY._specs))
+    register("testing/no-expert-v0", _NoExpert, splits=("train", "eval"), eval_split="eval")
+    monkeypatch.setenv("AGENTKIT_CACHE", str(tmp_path / "cache"))
+    for objective, given in (("opd", "--teacher model:DIR"), ("sft", "--demos FILE")):
+        assert main(["train", "--objective", objective, "--env", "testing/no-expert-v0", "--steps", "1",
+                     "--out", str(tmp_path / objective), *SMALL[2:]]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.strip().count("\n") <= 1 and given in err, err
+        assert "testing/no-expert-v0: its expert's games" in err and not (tmp_path / objective).exists(), err

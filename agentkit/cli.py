@@ -135,9 +135,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     out = Path(cfg.out) if cfg.out else default_out_path()
     check_output(out, append=cfg.append, overwrite=cfg.overwrite, resume=cfg.resume)
     model_dir = _model_dir(cfg.model)
-    from tqdm import tqdm
+    from agentkit.core.progress import progress_bar
 
-    bar = tqdm(total=cfg.episodes * cfg.group_size, desc=f"rollout {cfg.env.id}", unit="ep", disable=args.quiet)
+    bar = progress_bar(total=cfg.episodes * cfg.group_size, desc=f"rollout {cfg.env.id}", unit="ep", disable=args.quiet)
 
     def progress(trajectory, stats) -> None:
         bar.update(1)
@@ -218,23 +218,49 @@ def _print_summary(console, env_id: str, stats, out: Path | None, *, resumed=Non
 
 # -- envs -------------------------------------------------------------------------------------
 def cmd_envs_list(args: argparse.Namespace) -> int:
+    """One line per environment: its id, status and turn limit whole, its splits, then its
+    description, or for one not installed its pip command (whole) and what is missing, then its
+    registered settings and the plugin it comes from; a terminal too narrow cuts the splits and the
+    end of the line with an ellipsis, a log gets every row whole. Cells are plain text, never rich
+    markup (which would eat the ``[extra]`` of ``pip install 'agentkit[extra]'``)."""
+    from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     from agentkit.envs import env_info, status
 
-    table = Table(title="agentkit environments")
-    for col in ("id", "status", "settings", "turns", "splits (held out)", "description", "from"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("id", "status", "turns", "from"))  # names whole, never cut
-    for row in status():
+    rows = status()
+    lines = []
+    for row in rows:
         try:
             info = env_info(row.id)
         except AgentkitError:  # a broken plugin: its row says what is wrong
             info = None
+        splits = ", ".join(s + "*" if s == info.eval_split else s for s in info.splits) if info else ""
         settings = " ".join(f"{k}={v}" for k, v in info.kwargs.items()) if info else ""
-        splits = ", ".join(info.splits) + f" ({info.eval_split})" if info else ""
-        table.add_row(row.id, "installed" if row.available else "[red]unavailable[/red]", settings,
-                      str(info.max_turns) if info else "", splits, row.detail, row.distribution)
-    _stdout_console().print(table)
+        about = (row.detail + (f"; {settings}" if settings and row.available else "")
+                 + (f"; from {row.distribution}" if row.distribution != "agentkit" else ""))
+        lines.append([Text(row.id), Text("installed") if row.available else Text("missing", style="red"),
+                      Text(str(info.max_turns) if info else ""), Text(splits), Text(about)])
+    console = _stdout_console()
+    headers = ["id", "status", "turns", "splits", "description; settings"]
+    widths = [max([len(header), *(len(cells[column]) for cells in lines)]) for column, header in enumerate(headers)]
+    if console.is_terminal:  # one line a row: the splits and the description share what the rest leaves
+        room = console.width - sum(widths[:3]) - 3 * len(headers)
+        # the pip command whole (and the ellipsis after it)
+        hint = max([12, *(len(row.detail.split(";")[0]) + 1 for row in rows if not row.available)])
+        widths[3] = min(widths[3], max(8, room - hint))
+        widths[4] = min(widths[4], max(hint, room - widths[3]))
+    else:  # a log or a pipe: every row whole, on one line
+        console.width = max(console.width, sum(widths) + 3 * len(headers))
+    table = Table(title="agentkit environments (* the held-out split)", box=box.SIMPLE_HEAD, pad_edge=False,
+                  title_justify="left")
+    for header, width in zip(headers, widths, strict=True):
+        table.add_column(header, no_wrap=True, overflow="ellipsis", width=width,
+                         justify="right" if header == "turns" else "left")
+    for cells in lines:
+        table.add_row(*cells)
+    console.print(table)
     return 0
 
 
@@ -311,9 +337,10 @@ def cmd_demos(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(_model_dir(cfg.model))
     make_env = env_factory(cfg.env.id, split=cfg.split, max_turns=cfg.env.max_turns, env_kwargs=cfg.env.kwargs)
     mode = "append" if cfg.append else "overwrite" if cfg.overwrite else "new"
-    from tqdm import tqdm
+    from agentkit.core.progress import progress_bar
 
-    seeds = tqdm(range(cfg.seed, cfg.seed + cfg.episodes), desc=f"demos {cfg.env.id}", unit="ep", disable=args.quiet)
+    seeds = progress_bar(range(cfg.seed, cfg.seed + cfg.episodes), desc=f"demos {cfg.env.id}", unit="ep",
+                         disable=args.quiet)
     written, lost = write_demonstrations(
         make_env, tokenizer, out, env_id=cfg.env.id, seeds=seeds, split=cfg.split, mode=mode,
         context=cfg.context.mode, window=cfg.context.window, show_admissible=cfg.context.show_admissible,
@@ -333,21 +360,21 @@ def _eval_settings(args: argparse.Namespace, policy: str | None = None):
     return cfg.model_copy(update={"env": resolve_env(cfg.env), "split": cfg.split or held_out_split(cfg.env.id)})
 
 
-def _play_eval(args: argparse.Namespace, cfg, *, label: str = "") -> tuple:
-    """One model's evaluation episodes with a progress bar: (stats, trajectories)."""
-    from tqdm import tqdm
-
+def _play_eval(args: argparse.Namespace, cfg, model_dir: Path, *, label: str = "") -> tuple:
+    """One model's (``model_dir``: ``cfg.model`` resolved) evaluation episodes with a progress bar:
+    (stats, trajectories)."""
+    from agentkit.core.progress import progress_bar
     from agentkit.rollout.run import check_output, run_eval
     from agentkit.skillbank import policy_selector
 
     out = Path(cfg.out) if cfg.out else None
     if out is not None:
         check_output(out, append=cfg.append, overwrite=cfg.overwrite)
-    bar = tqdm(total=cfg.episodes * cfg.samples, desc=f"eval {label}{cfg.env.id} ({cfg.split})", unit="ep",
-               disable=args.quiet)
+    bar = progress_bar(total=cfg.episodes * cfg.samples, desc=f"eval {label}{cfg.env.id} ({cfg.split})", unit="ep",
+                       disable=args.quiet)
     played: list = []
     try:
-        stats = run_eval(cfg, _model_dir(cfg.model), out=out, progress=lambda t, s: bar.update(1),
+        stats = run_eval(cfg, model_dir, out=out, progress=lambda t, s: bar.update(1),
                          skills=policy_selector(cfg.skills, env_id=cfg.env.id, seed=cfg.seed), played=played)
     finally:
         bar.close()
@@ -365,7 +392,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _quiet_hf()
     if cfg.compare:
         return _compare(args, cfg)
-    stats, played = _play_eval(args, cfg)
+    model_dir = _model_dir(cfg.model)  # once, first: a run folder's note comes before any result
+    stats, played = _play_eval(args, cfg, model_dir)
     how = "greedy" if cfg.samples == 1 else f"{cfg.samples} samples per task at temperature 1"
     console = _stdout_console()
     _print_summary(console, f"{cfg.env.id} ({cfg.split}, {how})", stats, cfg.out and Path(cfg.out), command="eval")
@@ -373,8 +401,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     report = eval_report(played)
     _print_report(console, report)
-    _write_report(console, cfg.report, {"model": str(_model_dir(cfg.model)), "env": cfg.env.id, "split": cfg.split,
-                                        **report})
+    _write_report(console, cfg.report, {"model": str(model_dir), "env": cfg.env.id, "split": cfg.split, **report})
     return 0
 
 
@@ -394,9 +421,10 @@ def _compare(args: argparse.Namespace, cfg) -> int:
         raise ConfigError(f"--compare: the two runs would play different tasks ({shown}); give the setting as a flag "
                           "(e.g. --env ID --env-kwargs ...) so both play the same.")
     console = _stdout_console()
+    model_dirs = [_model_dir(one.model) for one in cfgs]  # once, first: a run folder's note comes before any result
     played = []
-    for label, one in zip("AB", cfgs, strict=True):
-        stats, episodes = _play_eval(args, one, label=f"{label} ")
+    for label, one, model_dir in zip("AB", cfgs, model_dirs, strict=True):
+        stats, episodes = _play_eval(args, one, model_dir, label=f"{label} ")
         _print_summary(console, f"{label}: {one.model} on {one.env.id} ({one.split})", stats, None, command="eval")
         played.append(episodes)
     report = compare_report(*played)
@@ -407,7 +435,7 @@ def _compare(args: argparse.Namespace, cfg) -> int:
     console.print(f"paired difference A - B over {report['tasks']} tasks: {report['difference']:+.1%} "
                   f"(95% CI {low:+.1%} to {high:+.1%})" + ("; the interval holds 0: no difference shown"
                                                            if low <= 0 <= high else ""))
-    _write_report(console, cfg.report, {"model_a": str(_model_dir(cfgs[0].model)), "model_b": str(_model_dir(cfgs[1].model)),
+    _write_report(console, cfg.report, {"model_a": str(model_dirs[0]), "model_b": str(model_dirs[1]),
                                         "env": cfg.env.id, "split": cfg.split, **report})
     return 0
 

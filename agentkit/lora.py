@@ -5,21 +5,30 @@ weights a vLLM engine loads."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from agentkit.core.errors import ConfigError, ModelError
+from agentkit.core.errors import ConfigError, MissingDependencyError, ModelError
 from agentkit.train_config import LoraSection
+
+PEFT_MISSING = ("--lora-rank (train.lora.rank > 0) trains a LoRA adapter with peft, which is not installed: "
+                "pip install 'agentkit[lora]' (or set train.lora.rank=0 to train every weight).")
+
+
+def check_peft(lora: LoraSection) -> None:
+    """Refuse LoRA without peft at once, before any environment, model or game work."""
+    if lora.rank and importlib.util.find_spec("peft") is None:
+        raise MissingDependencyError(PEFT_MISSING)
 
 
 def _peft():
     try:
         import peft
     except ImportError as err:
-        raise ConfigError("train.lora.rank > 0 trains a LoRA adapter with peft, which is not installed: "
-                          "pip install 'agentkit[lora]' (or set train.lora.rank=0 to train every weight).") from err
+        raise MissingDependencyError(PEFT_MISSING) from err
     return peft
 
 

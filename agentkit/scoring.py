@@ -7,7 +7,7 @@ step, turns the step's trajectories into the ``StepScores`` that ``objective.pre
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,7 @@ def build_teacher_and_judge(capabilities: Capabilities, *, teacher_spec: str | N
     """
     teacher = None
     if capabilities.needs_teacher:
-        spec = teacher_spec or capabilities.default_teacher
-        if spec is None:
-            raise ConfigError(f"objective {objective!r} distills from a separate teacher model: pass --teacher "
-                              "model:DIR (teacher.spec), or --teacher self.")
-        spec = resolve_teacher_spec(spec)
+        spec = resolve_teacher_spec(choose_teacher(capabilities, teacher_spec, objective=objective))
         if base is not None and spec.startswith("model:") and Path(spec[6:]).resolve() == Path(base.path).resolve():
             # the LoRA policy's own base weights
             from agentkit.teachers import ModelTeacher
@@ -58,6 +54,23 @@ def build_teacher_and_judge(capabilities: Capabilities, *, teacher_spec: str | N
     if capabilities.needs_judge:
         judge = make_judge(capabilities.judge or "teacher", teacher, capabilities.judge_template, tokenizer=tokenizer)
     return teacher, judge
+
+
+def choose_teacher(capabilities: Capabilities, given: str | None, *, objective: str = "the objective",
+                   separate: Callable[[], str] | None = None) -> str | None:
+    """The one place that decides which teacher a run scores with, from the objective's declared
+    ``capabilities``: ``given`` (``--teacher``) when there is one; else None when the objective
+    needs no teacher; else its declared ``default_teacher`` (``self``); else ``separate()``, a
+    separate model made for the run (``agentkit train`` passes the default teacher of its
+    environment, ``agentkit.default_teacher``); else a ConfigError saying what to pass."""
+    if given or not capabilities.needs_teacher:
+        return given
+    if capabilities.default_teacher is not None:
+        return capabilities.default_teacher
+    if separate is None:
+        raise ConfigError(f"objective {objective!r} distills from a separate teacher model: pass --teacher "
+                          "model:DIR (teacher.spec), or --teacher self.")
+    return separate()
 
 
 def resolve_teacher_spec(spec: str) -> str:

@@ -78,7 +78,7 @@ from agentkit.core.jsonl import TrajectoryWriter, append_whole, read_records, re
 from agentkit.core.model_files import adapter_base
 from agentkit.core.settings import GenerationSettings
 from agentkit.core.trajectory import Trajectory
-from agentkit.lora import BaseView, MergedWeights, add_adapter, resume_adapter
+from agentkit.lora import BaseView, MergedWeights, add_adapter, check_peft, resume_adapter
 from agentkit.objectives import Capabilities, make_objective, policy_logprobs
 from agentkit.objectives.common import off_policy_correction
 from agentkit.rollout import EpisodeSpec
@@ -253,10 +253,30 @@ def _resume_differences(cfg: TrainConfig, saved: TrainConfig, given: dict[str, A
     return conflicts, ignored
 
 
+def check_packages(cfg: TrainConfig) -> None:
+    """Refuse a setting whose optional package is not installed, naming its extra, before any
+    environment, model or game work: the trackers of ``log.report_to``, peft for ``train.lora.rank``,
+    vLLM for ``--backend vllm``."""
+    check_installed(cfg.log.report_to)
+    check_peft(cfg.train.lora)
+    if cfg.backend.kind == "vllm":
+        from agentkit.rollout.vllm_backend import check_vllm
+
+        check_vllm()
+
+
 def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = None) -> tuple[TrainConfig, Path, int | None]:
     """The run folder and its settings. On resume, the saved config.yaml is the run's: only
     ``train.steps`` may change (when given); a setting of what the run computes given another value
     is refused, naming each, and one of how it is carried out (``Setting.runtime``) named as ignored."""
+    if cfg.out is None:  # a new folder for every run, as rollout's files
+        if resume:
+            raise ConfigError("--resume continues a run: pass its folder, --out RUN_DIR (a run names it at its start "
+                              "and in its last lines).")
+        from agentkit.rollout.run import timestamped
+
+        cfg = cfg.model_copy(update={"out": str(timestamped("train"))})
+        print(f"run folder: {cfg.out} (--out to choose one)", file=sys.stderr)
     run_dir = Path(cfg.out)
     if resume:
         saved = run_dir / "config.yaml"
@@ -271,7 +291,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
                               "COMPLETE marker (damaged, or written by an agentkit without markers). Move them away "
                               "to start the run again from step 0, or choose another --out.")
         original = load_config(saved)
-        check_installed(original.log.report_to)  # the run's trackers, before anything is written
+        check_packages(original)  # the run's trackers, peft, vLLM: before anything is loaded or written
         # only the length of the run may change on resume: from the command line when --steps was
         # given (``given`` lists what was); from a config built in Python (``given`` None) always
         given = {"train.steps": cfg.train.steps} if given is None else dict(given)
@@ -301,7 +321,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
                   "with its saved config.", file=sys.stderr)
             return cfg, run_dir, None
         return cfg, run_dir, last
-    check_installed(cfg.log.report_to)
+    check_packages(cfg)
     cfg = resolve_defaults(cfg)
     # a mistyped model or teacher folder fails at once, naming it, before anything is written
     from agentkit.models import resolve_model_dir
@@ -310,17 +330,20 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         resolve_model_dir(cfg.model)
     if cfg.teacher.spec:
         resolve_teacher_spec(cfg.teacher.spec)
+    if run_dir.exists() and any(run_dir.iterdir()) and not _never_started(run_dir):
+        raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, "
+                          "or choose another --out.")
     # bad environment settings fail here, before the run folder is written; evaluation plays at
     # most the tasks the held-out split holds
     episodes = capped_episodes(0, cfg.eval.episodes, check_env_settings(cfg.env, cfg.eval.split, range(cfg.eval.episodes)),
                                what="eval.episodes", split=cfg.eval.split)
     cfg = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"episodes": episodes})})
+    from agentkit.default_teacher import with_run_defaults
+
+    cfg = with_run_defaults(cfg)  # the teacher and demonstrations the objective needs, built on first use
     if not cfg.train.demos:  # the run's training tasks, made now where they are made on first use
         check_env_settings(cfg.env, "train", range(cfg.train.steps * cfg.rollout.tasks_per_step))
     if run_dir.exists() and any(run_dir.iterdir()):
-        if not _never_started(run_dir):
-            raise ConfigError(f"Run folder {run_dir} already exists and is not empty. Pass --resume to continue it, "
-                              "or choose another --out.")
         print(f"{run_dir}: an earlier run there stopped before its first step; starting anew in it.", file=sys.stderr)
         _drop_lost_steps(run_dir, 0)
         for name in ("eval.jsonl", "metrics.jsonl"):
@@ -405,9 +428,14 @@ class TrainResult:
     final_eval: dict[str, Any] | None
     checkpoint: Path | None
     start_eval: dict[str, Any] | None = None  # eval.jsonl's step 0: the policy before any update
+    teacher: str | None = None  # the teacher the objective distilled from (teacher.spec), if any
 
     def summary(self) -> str:
         lines = [f"run folder: {self.run_dir} (metrics.jsonl, eval.jsonl, checkpoints/, curves.png)"]
+        if self.teacher is not None:
+            from agentkit.default_teacher import describe_teacher
+
+            lines.append(f"teacher: {describe_teacher(self.teacher)}")
         if self.final_eval is not None:
             end = self.final_eval
             lines.append(f"eval ({end['split']} split, {end['episodes']} greedy episodes): success "
@@ -852,10 +880,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     except NothingToDo as done:
         return done.result()
     cfg, ranks = run.cfg, run.ranks
-    from tqdm import tqdm
+    from agentkit.core.progress import progress_bar
 
-    bar = tqdm(total=cfg.train.steps, initial=run.first_step, desc=f"train {cfg.objective.name}", unit="step",
-               disable=not (show_progress and ranks.is_main))
+    bar = progress_bar(total=cfg.train.steps, initial=run.first_step, desc=f"train {cfg.objective.name}", unit="step",
+                       disable=not (show_progress and ranks.is_main))
     watch = Watch(needs_groups=run.needs.needs_groups)
     try:
         if ranks.is_main and cfg.eval.at_start and run.first_step == 0:
@@ -923,4 +951,5 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     steps = checkpoints(run.run_dir) if ranks.is_main else []
     return TrainResult(run.run_dir, cfg.train.steps, run.last_eval,
                        run.run_dir / "checkpoints" / f"step-{steps[-1]}" if steps else None,
-                       start_eval=start_eval(run.run_dir) if ranks.is_main else None)
+                       start_eval=start_eval(run.run_dir) if ranks.is_main else None,
+                       teacher=cfg.teacher.spec if run.needs.needs_teacher else None)

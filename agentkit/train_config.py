@@ -42,11 +42,25 @@ class ObjectiveSection(Settings):
     args: dict[str, Any] = Field(default_factory=dict, json_schema_extra=flag("--objective-args"),
                                  description="The objective's own settings (agentkit train --help-config --objective NAME).")
 
+    @field_validator("name")
+    @classmethod
+    def _registered_spelling(cls, value: str) -> str:
+        """``sage-opd`` is ``sage_opd``: the name as registered (an unknown one is refused by the config's checks)."""
+        from agentkit.core.errors import UnknownNameError
+        from agentkit.objectives.protocol import REGISTRY
+
+        try:
+            return REGISTRY.spec(value).name
+        except UnknownNameError:
+            return value
+
 
 class TeacherSection(Settings):
     spec: str | None = Field(None, json_schema_extra=flag("--teacher"),
                              description="Teacher for distillation objectives: self | model:DIR | vllm:DIR | "
-                                         "openai:URL[#MODEL] | a plugin (default: the objective's own).")
+                                         "openai:URL[#MODEL] | a plugin (default: the objective's own; for one "
+                                         "that distills from a separate model, the default teacher of the "
+                                         "environment, built on first use: agentkit.default_teacher).")
     privileged: list[Literal["skills", "env"]] | None = Field(
         None, json_schema_extra=flag("--teacher-privileged"),
         description="Privileged context shown to the teacher (default: skills for self, none for model).")
@@ -96,7 +110,7 @@ class TrainSection(Settings):
         False, json_schema_extra=flag("--gradient-checkpointing") | RUNTIME,
         description="Keep only each layer's input in the forward pass and recompute the rest in the backward pass: "
         "activation memory of a long episode falls from every layer's to one layer's, for about one more forward pass.")
-    demos: str | None = Field(None, description="Demonstrations for objectives that train on them: a JSONL file (agentkit demos) or a dataset of trajectories (agentkit export: a Parquet file or folder, a save_to_disk folder).")
+    demos: str | None = Field(None, description="Demonstrations for objectives that train on them: a JSONL file (agentkit demos) or a dataset of trajectories (agentkit export: a Parquet file or folder, a save_to_disk folder). Default: the environment's expert games, recorded on first use (agentkit.default_teacher).")
     demos_per_step: int = Field(16, gt=0, description="Demonstration episodes per step.")
     old_logprobs: Literal["auto", "trainer", "sampler"] = Field(
         "auto", description="pi_old of the policy-gradient ratio. trainer: one no-gradient forward of the trained model per "
@@ -181,7 +195,7 @@ class LogSection(Settings):
 
 class TrainConfig(Settings):
     model: str | None = Field(None, description=MODEL_HELP)
-    out: str = Field("runs/train", description="Run folder.")
+    out: str | None = Field(None, description="Run folder (default: a new runs/train-YYYYmmdd-HHMMSS, named at the start).")
     seed: int = Field(0, ge=0, description="Seeds task sampling, sampling and initialization order.")
     env: EnvSettings = Field(default_factory=EnvSettings)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
@@ -202,17 +216,10 @@ class TrainConfig(Settings):
         from agentkit.objectives import make_objective
 
         # unknown or invalid settings -> error; the needs under these settings (objectives are pure maths: cheap)
+        # a teacher or demonstrations it needs and is not given are the run's defaults (agentkit.default_teacher)
         needs = make_objective(self.objective.name, self.objective.args).requirements()
-        if needs.uses_demonstrations and not self.train.demos:
-            raise ValueError(
-                f"objective {self.objective.name!r} trains on demonstrations: set train.demos=FILE "
-                "(make one with `agentkit demos --env ID --episodes N --out FILE`)."
-            )
         if needs.needs_groups and self.rollout.group_size < 2:
             raise ValueError(f"{self.objective.name} compares episodes within a group: rollout.group_size must be >= 2.")
-        if needs.needs_teacher and not (self.teacher.spec or needs.default_teacher):
-            raise ValueError(f"objective {self.objective.name!r} distills from a separate teacher model: set "
-                             "teacher.spec=model:DIR (--teacher model:DIR), or --teacher self.")
         from agentkit.skillbank.retrieval import REGISTRY as RETRIEVERS
 
         RETRIEVERS.spec(self.skills.retrieval)  # unknown name -> did you mean

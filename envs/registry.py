@@ -289,7 +289,7 @@ def env_info(id: str) -> EnvInfo:
     callable is a ``PluginError``.
     """
     record = lookup(id)
-    _, target = REGISTRY.load(id)
+    _, target = REGISTRY.load(record.name)
     if isinstance(target, EnvSpec):
         spec = target
     elif callable(target):
@@ -300,7 +300,7 @@ def env_info(id: str) -> EnvInfo:
             f"{target!r}; expected an agentkit.envs.EnvSpec, an environment class or a callable returning an environment."
         )
     values = {f.name: getattr(spec, f.name) for f in fields(EnvSpec)}
-    return EnvInfo(**values, id=id, distribution=record.distribution)
+    return EnvInfo(**values, id=record.name, distribution=record.distribution)  # the registered spelling
 
 
 def _factory(info: EnvInfo) -> Callable[..., Env]:
@@ -414,9 +414,9 @@ def status() -> list[EnvStatus]:
             rows.append(EnvStatus(record.name, False, f"broken: {err}", record.distribution))
             continue
         missing = missing_requirements(info)
-        if missing:
-            hint = f"; pip install 'agentkit[{info.extra}]'" if info.extra else ""
-            rows.append(EnvStatus(record.name, False, f"missing: {', '.join(missing)}{hint}", info.distribution))
+        if missing:  # the command first: a narrow listing cuts the end of the line
+            hint = f"pip install 'agentkit[{info.extra}]'; " if info.extra else ""
+            rows.append(EnvStatus(record.name, False, f"{hint}missing: {', '.join(missing)}", info.distribution))
             continue
         rows.append(EnvStatus(record.name, True, info.description, info.distribution))
     return rows

@@ -48,8 +48,19 @@ from agentkit.core.settings import (
 )
 
 
+def timestamped(name: str, suffix: str = "") -> Path:
+    """``runs/NAME-YYYYmmdd-HHMMSS[SUFFIX]``, the default output of a command, with ``-2``, ``-3``...
+    after a name another run took in the same second."""
+    stem = Path("runs") / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    path, n = stem.with_name(stem.name + suffix), 1
+    while path.exists():
+        n += 1
+        path = stem.with_name(f"{stem.name}-{n}{suffix}")
+    return path
+
+
 def default_out_path() -> Path:
-    return Path("runs") / f"rollout-{datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
+    return timestamped("rollout", ".jsonl")
 
 
 def check_output(path: Path, *, append: bool, overwrite: bool, resume: bool = False) -> None:
@@ -77,12 +88,13 @@ def check_output(path: Path, *, append: bool, overwrite: bool, resume: bool = Fa
 
 def resolve_env(env: EnvSettings) -> EnvSettings:
     """``env`` with the environment's own defaults filled in where a setting was left to it (the
-    turn limit, its registered settings under those given), so that a run's config.yaml records
-    what was played; an unknown id fails here with "did you mean"."""
+    turn limit, its registered settings under those given) and its id as registered
+    (``vaults/vaults_v0`` is ``vaults/vaults-v0``), so that a run's config.yaml records what was
+    played; an unknown id fails here with "did you mean"."""
     from agentkit.envs import env_info
 
     info = env_info(env.id)
-    return env.model_copy(update={"max_turns": env.max_turns or info.max_turns,
+    return env.model_copy(update={"id": info.id, "max_turns": env.max_turns or info.max_turns,
                                   "kwargs": {**info.kwargs, **env.kwargs}})  # as make() merges them
 
 

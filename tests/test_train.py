@@ -149,7 +149,6 @@ def test_half_written_checkpoint_is_never_loaded(sft_model, tmp_path):
         (["train.lrr=1e-4"], r"unknown key 'train.lrr'. Did you mean 'lr'"),
         (["trian.lr=1e-4"], r"unknown key 'trian'. Did you mean 'train'"),
         (["objective.name=grpo", "rollout.group_size=1"], "group_size must be >= 2"),
-        (["objective.name=sft"], "set train.demos=FILE"),
         (["objective.name=gpro"], "Did you mean 'grpo'"),
         (["objective.args.clip_lo=0.1"], r"clip_lo.*Extra inputs"),
         (["train.lr=-1"], r"--lr \(train.lr\): Input should be greater than 0"),

@@ -71,6 +71,11 @@ def import_target(target: str, *, group: str, name: str, extra: str | None, dist
     return obj
 
 
+def _folded(name: str) -> str:
+    """A name with dashes and underscores alike: either spelling of a registered name finds it."""
+    return name.replace("-", "_")
+
+
 class PluginRegistry:
     """Names -> plugins for one entry-point group."""
 
@@ -114,6 +119,9 @@ class PluginRegistry:
             return self._specs[name]
         if ":" in name:  # escape hatch: package.module:attr
             return PluginSpec(name=name, target=name, distribution="(import path)")
+        same = [spec for known, spec in self._specs.items() if _folded(known) == _folded(name)]
+        if len(same) == 1:  # sage-opd is sage_opd, search_qa/generated-v0 is search-qa/generated-v0
+            return same[0]
         raise UnknownNameError(
             f"Unknown {self.kind} {name!r}.{did_you_mean(name, self._specs)} "
             f"Known: {', '.join(sorted(self._specs)) or '(none)'}. Plugins register through the "

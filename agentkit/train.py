@@ -459,6 +459,9 @@ def learned(start: dict[str, Any], end: dict[str, Any]) -> str:
     a, b = end.get("won_by_seed"), start.get("won_by_seed")
     if not a or not b or len(a) != len(b):
         return "(no per-episode results to pair: the change has no interval)"
+    if len(a) < 2:
+        return (f"change {a[0] - b[0]:+.0%} on one task: no interval (pass --eval-episodes 16 or more to tell "
+                "a change from noise)")
     mean, low, high = paired_difference(a, b)
     verdict = ("the policy improved (the interval is above 0)" if low > 0 else
                "the policy got worse (the interval is below 0)" if high < 0 else

@@ -84,6 +84,9 @@ def test_the_run_evaluates_its_start_and_reports_start_and_end(sft_model, tmp_pa
     assert "change +60.0% [+28.0%, +92.0%] (95%, paired over 10 tasks): the policy improved" in verdict["up"]
     assert "change -60.0% [-92.0%, -28.0%] (95%, paired over 10 tasks): the policy got worse" in verdict["down"]
     assert "change +10.0% [-25.2%, +45.2%] (95%, paired over 10 tasks): no change shown" in verdict["noise"]
+    one = {**start, "episodes": 1, "won_by_seed": [0]}  # one task has no interval: said, never [-inf, +inf]
+    alone = TrainResult(run, 9, {**one, "won_by_seed": [1]}, None, start_eval=one).summary()
+    assert "change +100% on one task: no interval" in alone and "inf" not in alone
     resumed = train(load_config(None, [*COIN1, "objective.name=grpo", "rollout.tasks_per_step=2", "rollout.group_size=2",
                                        "eval.every=0", "train.steps=2", f"model={sft_model}", f"out={run}"]),
                     resume=True, show_progress=False)

@@ -406,39 +406,44 @@ def _train_and_evaluate(setup: EnvSetup, name: str, variant: str, seed: int, env
     result_file.write_text(json.dumps(result, indent=1))
 
 
+def run_processes(commands: dict[str, tuple[list[str], Path]], jobs: int) -> list[str]:
+    """Run each ``name -> (command, log file)`` in its own one-thread process, ``jobs`` at a time,
+    its output in its log; say when each ends; return the names that failed."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    pending, running, failed = list(commands), [], []
+    while pending or running:
+        while pending and len(running) < jobs:
+            name = pending.pop(0)
+            command, log = commands[name]
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "w") as handle:
+                running.append((subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env), name))
+            print(f"started {name}", flush=True)
+        time.sleep(0.5)
+        for proc, name in list(running):
+            if proc.poll() is not None:
+                running.remove((proc, name))
+                print(f"{'finished' if proc.returncode == 0 else f'FAILED (see {commands[name][1]})'} {name}", flush=True)
+                if proc.returncode != 0:
+                    failed.append(name)
+    if failed:
+        print(f"{len(failed)} run(s) failed: {failed}", flush=True)
+    return failed
+
+
 def run_grid(args: argparse.Namespace, out: Path) -> None:
     """Every (env, variant, seed) not done yet, ``--jobs`` at a time, each in its own one-thread process."""
     # seed-major: a grid cut short has every cell with fewer seeds rather than some cells empty
     pending = [(e, v, s) for s in args.seeds for e in args.envs for v in args.only
                if not (out / e / "runs" / v / f"seed-{s}" / "result.json").exists()]
-    running: list[tuple[subprocess.Popen, tuple[str, str, int]]] = []
-    failed = []
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     if args.jobs == 0:  # one after another in this process: no interpreter start-up per run (the quick test)
         for name, variant, seed in pending:
             run_one(name, variant, seed, out, args.quick)
             print(f"finished {name} {variant} seed {seed}", flush=True)
-        pending = []
-    while pending or running:
-        while pending and len(running) < args.jobs:
-            job = pending.pop(0)
-            log = out / job[0] / "runs" / job[1] / f"seed-{job[2]}.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            command = [sys.executable, __file__, "--out", str(out), "--run-one", job[0], job[1], str(job[2])]
-            with open(log, "w") as handle:
-                proc = subprocess.Popen(command + (["--quick"] if args.quick else []), stdout=handle,
-                                        stderr=subprocess.STDOUT, env=env)
-            running.append((proc, job))
-            print(f"started {job[0]} {job[1]} seed {job[2]}", flush=True)
-        time.sleep(0.5)
-        for proc, job in list(running):
-            if proc.poll() is not None:
-                running.remove((proc, job))
-                print(f"{'finished' if proc.returncode == 0 else 'FAILED'} {job[0]} {job[1]} seed {job[2]}", flush=True)
-                if proc.returncode != 0:
-                    failed.append(job)
-    if failed:
-        print(f"{len(failed)} run(s) failed (see their .log): {failed}", flush=True)
+        return
+    run_processes({f"{e} {v} seed {s}": ([sys.executable, __file__, "--out", str(out), "--run-one", e, v, str(s),
+                                          *(["--quick"] if args.quick else [])],
+                                         out / e / "runs" / v / f"seed-{s}.log") for e, v, s in pending}, args.jobs)
 
 
 def collect(args: argparse.Namespace, out: Path) -> dict[str, Any]:

@@ -55,7 +55,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training step")
         ax.set_ylim(-2, 102)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("greedy dev success (%)")
     fig.tight_layout()

@@ -39,7 +39,6 @@ import dataclasses
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -195,21 +194,9 @@ def run_all(args: argparse.Namespace, out: Path, prepared: Path) -> None:
             run_one(out, name, prepared, args.quick)
             print(f"{name}: done", flush=True)
         return
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    running: list[tuple[subprocess.Popen, str]] = []
-    while pending or running:
-        while pending and len(running) < args.jobs:
-            name = pending.pop(0)
-            (out / name).mkdir(parents=True, exist_ok=True)
-            command = [sys.executable, __file__, "--out", str(out), "--bench", str(prepared), "--run-one", name,
-                       *(["--quick"] if args.quick else [])]
-            with open(out / name / "log.txt", "w") as handle:
-                running.append((subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env), name))
-        time.sleep(0.5)
-        for proc, name in list(running):
-            if proc.poll() is not None:
-                running.remove((proc, name))
-                print(f"{name}: {'done' if proc.returncode == 0 else 'FAILED (see its log.txt)'}", flush=True)
+    BENCH.NANO.run_processes({name: ([sys.executable, __file__, "--out", str(out), "--bench", str(prepared), "--run-one",
+                                      name, *(["--quick"] if args.quick else [])], out / name / "log.txt")
+                              for name in pending}, args.jobs)
 
 
 def main(argv: list[str] | None = None) -> int:

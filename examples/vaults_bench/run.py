@@ -55,7 +55,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -456,29 +455,14 @@ def run_all(args: argparse.Namespace, out: Path, stage: str, specs: dict[str, di
         if not (folder / "spec.json").exists():
             (folder / "spec.json").write_text(json.dumps(spec, indent=1))
     pending = [n for n in specs if not (run_dir(out, stage, n) / "result.json").exists()]
-    running: list[tuple[subprocess.Popen, str]] = []
-    failed = []
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     if args.jobs == 0:  # one after another in this process: no interpreter start-up per run (the quick test)
         for name in pending:
             train_and_test(out, stage, name, QUICK if args.quick else Budget())
             print(f"{stage} {name}: done", flush=True)
-        pending = []
-    while pending or running:
-        while pending and len(running) < args.jobs:
-            name = pending.pop(0)
-            command = [sys.executable, __file__, "--out", str(out), "--run-one", stage, name] + (["--quick"] if args.quick else [])
-            with open(run_dir(out, stage, name) / "log.txt", "w") as handle:
-                running.append((subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env), name))
-        time.sleep(0.5)
-        for proc, name in list(running):
-            if proc.poll() is not None:
-                running.remove((proc, name))
-                print(f"{stage} {name}: {'done' if proc.returncode == 0 else 'FAILED (see its log.txt)'}", flush=True)
-                if proc.returncode:
-                    failed.append(name)
-    if failed:
-        print(f"{len(failed)} {stage} run(s) failed: {failed}", flush=True)
+    else:
+        NANO.run_processes({f"{stage} {n}": ([sys.executable, __file__, "--out", str(out), "--run-one", stage, n,
+                                              *(["--quick"] if args.quick else [])], run_dir(out, stage, n) / "log.txt")
+                            for n in pending}, args.jobs)
     return [json.loads((run_dir(out, stage, n) / "result.json").read_text()) for n in specs
             if (run_dir(out, stage, n) / "result.json").exists()]
 

@@ -92,16 +92,17 @@ def main() -> None:
             backend = OpenAIBackend(url, tokenizer, concurrency=64)
         for batch in args.batch:
             rate = measure(backend, _prompts(tokenizer, batch), args.tokens, args.repeats)
-            rows.append({"backend": name, "batch": batch, "tokens_per_s": round(rate, 1)})
+            rows.append({"backend": name, "batch": batch, "tokens_per_s": round(rate, 1),
+                         "prefix_caching": backend.prefix_caching})
             print(json.dumps(rows[-1]), flush=True)
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=60)
         elif name == "vllm":
             backend.close()
-    print("| backend | batch | tokens/s |\n| --- | --- | --- |")
+    print("| backend | batch | tokens/s | prefix caching |\n| --- | --- | --- | --- |")
     for row in rows:
-        print(f"| {row['backend']} | {row['batch']} | {row['tokens_per_s']} |")
+        print(f"| {row['backend']} | {row['batch']} | {row['tokens_per_s']} | {'on' if row['prefix_caching'] else 'off'} |")
 
 
 if __name__ == "__main__":

@@ -111,9 +111,8 @@ def load_backend(kind: str, model_dir: Path, seed: int, vllm_args: dict):
 
 def reset_caches(backend) -> None:
     """Drop vLLM's prefix cache so one side does not reuse the other's prefills."""
-    llm = getattr(backend, "llm", None)
-    if llm is not None:
-        llm.reset_prefix_cache()
+    if backend.prefix_caching:  # only vLLM's engine keeps one (GenerationBackend.prefix_caching)
+        backend.llm.reset_prefix_cache()
 
 
 def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, context: str, seed: int,
@@ -276,7 +275,7 @@ def main() -> None:
             row = measure(env_id, backend, args.batch, args.turns, args.max_new_tokens, args.context, args.seed, {},
                           workers, args.profile, args.rounds)
             row.update(machine=f"{platform.machine()}, {os.cpu_count()} cores", date=str(date.today()),
-                       model=str(model_dir))
+                       model=str(model_dir), prefix_caching=backend.prefix_caching)
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.json:

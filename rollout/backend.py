@@ -109,6 +109,10 @@ class GenerationBackend(Protocol):
             weights at all (a remote server).
         can_sleep: ``sleep()`` frees accelerator memory for the update and ``wake_up()`` gets it
             back (vLLM built with ``enable_sleep_mode``); False: both do nothing.
+        prefix_caching: a prompt whose start the backend has already read (a multi-turn episode's
+            earlier turns) is prefilled from where that start ends (vLLM's automatic prefix
+            caching, on wherever the engine supports the model); False: every prompt is read from
+            its first token, or (a remote server) the cache is not ours to know.
     """
 
     tokenizer: Any
@@ -116,6 +120,7 @@ class GenerationBackend(Protocol):
     max_context: int
     syncs_weights: bool
     can_sleep: bool
+    prefix_caching: bool
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[Generation]:

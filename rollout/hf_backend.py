@@ -167,6 +167,7 @@ class HFBackend:
     """
 
     can_sleep = False
+    prefix_caching = False  # every generate prefills each prompt from its first token
 
     def __init__(self, model, tokenizer=None, *, device: str = "cpu", seed: int = 0, name: str | None = None) -> None:
         self.syncs_weights = isinstance(model, (str, Path))

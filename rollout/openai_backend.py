@@ -269,6 +269,7 @@ class OpenAIBackend:
 
     syncs_weights = False  # a remote server's weights are not ours to change
     can_sleep = False
+    prefix_caching = False  # the server's cache, if it has one, is not ours to know
 
     def __init__(self, base_url: str, tokenizer: Any, *, model: str | None = None, api: str = "completions",
                  api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 120.0, max_retries: int = 4,

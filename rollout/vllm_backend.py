@@ -160,6 +160,9 @@ class VLLMBackend:
         self._ipc = None
         self.asleep = False
         self.can_sleep = bool(enable_sleep_mode)
+        # vLLM turns automatic prefix caching on wherever it supports the model (engine_kwargs may
+        # say otherwise): what the engine settled on, for the figures
+        self.prefix_caching = bool(self.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching)
         self.weight_version = 0
         self._lora: Any = None  # the LoRA request every call passes (sync_adapter), else None: the base
 

@@ -171,6 +171,10 @@ def _rollout(backend, model_dir, episodes: int):
 
 
 def test_collector_on_vllm_records_the_sampled_tokens(engine, small_model):
+    # vLLM reads each episode's growing prompt once: automatic prefix caching is on for this model on
+    # CPU too, and the backend says so (the figures print it)
+    assert engine.prefix_caching is True
+    assert engine.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
     trajectories = _rollout(engine, small_model, episodes=3)
     assert len(trajectories) == 3
     for t in trajectories:

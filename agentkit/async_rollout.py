@@ -44,6 +44,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from agentkit.core import runs
 from agentkit.core.errors import ConfigError, EnvError, GeneratorError
 from agentkit.core.faults import fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
@@ -51,11 +52,6 @@ from agentkit.lora import trainable_state
 from agentkit.rollout.workers import die_with_parent
 
 POLL_S = 0.005
-
-
-def step_file(run_dir: Path, step: int) -> Path:
-    """The trajectories of (0-based) ``step``: ``trajectories/step-{step + 1}.jsonl``."""
-    return run_dir / "trajectories" / f"step-{step + 1}.jsonl"
 
 
 def default_threads(given: int, other: int) -> int:
@@ -108,7 +104,7 @@ class Generator:
     def wait_for(self, step: int) -> tuple[Path, float]:
         """The whole trajectory file of ``step`` once the generator has written it, and the seconds
         the trainer waited for it. Raises the generator's own error if it stopped."""
-        path, started = step_file(self.run_dir, step), time.perf_counter()
+        path, started = runs.trajectory_file(self.run_dir, step + 1), time.perf_counter()
         while not path.exists():
             self._raise_if_stopped(step)
             time.sleep(POLL_S)
@@ -139,7 +135,7 @@ class Generator:
 
 def generator_stats(run_dir: Path, step: int) -> dict[str, float]:
     """What the generator measured while playing ``step`` (``generator_*`` metrics)."""
-    path = run_dir / "trajectories" / f"step-{step + 1}.generator.json"
+    path = runs.generator_file(run_dir, step + 1)
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -198,7 +194,7 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
     errors_in_a_row = 0
     try:
         for step in range(first_step, cfg.train.steps):
-            path = step_file(run_dir, step)
+            path = runs.trajectory_file(run_dir, step + 1)
             if path.exists():  # whole from before a crash: trained on as it is
                 continue
             waited = time.perf_counter()
@@ -228,7 +224,7 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
 
                 stats = collector.run(todo, keep)
             errors_in_a_row = collector.consecutive_errors
-            (run_dir / "trajectories" / f"step-{step + 1}.generator.json").write_text(json.dumps(
+            runs.generator_file(run_dir, step + 1).write_text(json.dumps(
                 {"generator_wait_s": waited, "generator_play_s": time.perf_counter() - started,
                  "generator_generate_s": stats.generate_s, "rollout_tokens_per_s": stats.tokens_per_s}))
             os.replace(part, path)

@@ -30,6 +30,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from agentkit.core import runs
 from agentkit.core.errors import ConfigError, DiskFullError, disk_full, human_bytes, no_space
 from agentkit.core.faults import fault_point
 from agentkit.core.model_files import WEIGHT_FILES
@@ -70,15 +71,15 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer: torch
                     state: dict[str, Any], keep: int = 2, optimizer_state: dict[str, Any] | None = None) -> Path:
     """``optimizer_state``: the optimizer's whole state dict, where ``optimizer`` holds only a shard
     of it (FSDP; ``agentkit.distributed``)."""
-    root = run_dir / "checkpoints"
-    final = root / f"step-{step}"
+    root = runs.checkpoints_dir(run_dir)
+    final = runs.checkpoint_dir(run_dir, step)
     tmp: Path | None = None
     part = "its folder"  # what was being written, for the message of a full disk
     try:
         root.mkdir(parents=True, exist_ok=True)
-        for stale in [*root.glob(".step-*"), *root.glob(".trash-*")]:  # left by a process killed mid-write
+        for stale in [*root.glob(f".{runs.STEP_PREFIX}*"), *root.glob(".trash-*")]:  # left by a process killed mid-write
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}-", dir=root))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{runs.step_name(step)}-", dir=root))
         part = "its model weights"
         model.save_pretrained(tmp, safe_serialization=True)
         part = "its tokenizer files"
@@ -115,36 +116,35 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer: torch
         if tmp is not None and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     for old in sorted(checkpoints(run_dir))[:-keep]:
-        _remove(root / f"step-{old}")
+        _remove(runs.checkpoint_dir(run_dir, old))
     return final
 
 
 def _disk_full(run_dir: Path, step: int, part: str, where: Path, err: BaseException) -> DiskFullError:
-    root = run_dir / "checkpoints"
     done = checkpoints(run_dir)
     if done:
-        last = root / f"step-{done[-1]}"
+        last = runs.checkpoint_dir(run_dir, done[-1])
         size = sum(p.stat().st_size for p in last.iterdir() if p.is_file())
-        kept = (f"step-{done[-1]}, the last complete checkpoint, and the run's other files are intact (a checkpoint "
+        kept = (f"{runs.step_name(done[-1])}, the last complete checkpoint, and the run's other files are intact (a checkpoint "
                 f"here takes {human_bytes(size)})")
     else:
         kept = "the run's other files are intact; it has no complete checkpoint yet"
-    return disk_full(f"checkpoint step-{step} ({part}) to", where, err,
+    return disk_full(f"checkpoint {runs.step_name(step)} ({part}) to", where, err,
                      f"The partial checkpoint was removed; {kept}. Free some space there to go on.")
 
 
 def checkpoints(run_dir: Path) -> list[int]:
     """Steps of the checkpoints in ``run_dir`` that were completely written (temporary folders of
     an interrupted write ignored). ``check_complete`` verifies one against its marker."""
-    return [step for step in step_folders(run_dir) if (run_dir / "checkpoints" / f"step-{step}" / MARKER).exists()]
+    return [step for step in step_folders(run_dir) if (runs.checkpoint_dir(run_dir, step) / MARKER).exists()]
 
 
 def step_folders(run_dir: Path) -> list[int]:
     """Steps of every ``checkpoints/step-N`` folder, complete or not (``checkpoints`` lists the complete ones)."""
-    root = run_dir / "checkpoints"
+    root = runs.checkpoints_dir(run_dir)
     if not root.is_dir():
         return []
-    return sorted(int(p.name[5:]) for p in root.iterdir() if p.name.startswith("step-") and p.name[5:].isdigit())
+    return sorted(step for p in root.iterdir() if (step := runs.step_of(p.name)) is not None)
 
 
 def _sha256(path: Path) -> str:
@@ -156,7 +156,7 @@ def _sha256(path: Path) -> str:
 
 
 def _fallback(path: Path) -> str:
-    earlier = [step for step in checkpoints(path.parent.parent) if path.name != f"step-{step}"]
+    earlier = [step for step in checkpoints(path.parent.parent) if path.name != runs.step_name(step)]
     return f"delete {path} to resume from step {earlier[-1]}" if earlier else f"delete {path} and start again"
 
 

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from agentkit.core import runs
 from agentkit.core.errors import AgentkitError, ConfigError
 
 
@@ -44,8 +45,8 @@ def _run_folder(model: str | None) -> Path | None:
     if not model:
         return None
     path = Path(model)
-    for candidate in (path, path.parent.parent if path.parent.name == "checkpoints" else None):
-        if candidate is not None and (candidate / "config.yaml").is_file():
+    for candidate in (path, path.parent.parent if path.parent.name == runs.CHECKPOINTS else None):
+        if candidate is not None and runs.config_file(candidate).is_file():
             return candidate
     return None
 
@@ -60,7 +61,7 @@ def _run_settings(model: str | None, keys: set[str], given: dict) -> dict:
     from agentkit.objectives import capabilities_of
     from agentkit.train_config import load_config
 
-    saved = load_config(run / "config.yaml")
+    saved = load_config(runs.config_file(run))
     wanted = list(RUN_SETTINGS)
     if given.get("env.id", saved.env.id) != saved.env.id:
         wanted = [key for key in wanted if not key.startswith("env.")]
@@ -470,7 +471,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from agentkit.plots import plot_runs
 
     for run in args.runs:
-        if not (Path(run) / "metrics.jsonl").exists():
+        if not runs.metrics_file(Path(run)).exists():
             raise ConfigError(f"{run} is not a run folder (no metrics.jsonl).")
     print(f"wrote {plot_runs([Path(r) for r in args.runs], Path(args.out))}")
     return 0

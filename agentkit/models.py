@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
+from agentkit.core import runs
 from agentkit.core.errors import ConfigError, ModelError
 from agentkit.core.model_files import is_model_folder
 
@@ -205,11 +206,11 @@ def resolve_model_dir(path: str | os.PathLike, *, flag: str = "--model") -> Path
     given = f"{flag}{text}" if flag.endswith(":") else f"{flag} {text}"  # "--model DIR", "--teacher model:DIR"
     folder = Path(text).expanduser()
     if folder.is_dir():
-        if folder.name == "checkpoints" and not is_model_folder(folder):
+        if folder.name == runs.CHECKPOINTS and not is_model_folder(folder):
             folder = folder.parent  # the run's checkpoints folder: the run
         if is_model_folder(folder):  # full weights, or a LoRA adapter over the base it names
             return folder
-        if (folder / "checkpoints").is_dir() or (folder / "config.yaml").exists():
+        if runs.is_run_folder(folder):
             return _newest_checkpoint(folder, given)
         raise ModelError(f"{given}: not a model folder (no config.json) and not a training run folder "
                          "(no checkpoints/). Build a model with: agentkit model init --out DIR")
@@ -229,7 +230,7 @@ def _newest_checkpoint(run_dir: Path, given: str) -> Path:
         raise ModelError(f"{given} is a training run folder with no complete checkpoint yet "
                          f"(checkpoints/step-N with a COMPLETE marker). Continue it with: agentkit train --out {run_dir} "
                          "--resume, or give a model folder.")
-    newest = run_dir / "checkpoints" / f"step-{steps[-1]}"
+    newest = runs.checkpoint_dir(run_dir, steps[-1])
     print(f"{given} is a run folder: using its newest checkpoint, {newest}", file=sys.stderr)
     return newest
 

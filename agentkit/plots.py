@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentkit.core import runs as run_files
 from agentkit.core.jsonl import read_records
 
 BASE = ["success_rate", "return_mean", "loss"]
@@ -37,7 +38,7 @@ def _points(rows: list[dict], key: str) -> list[tuple[int, float]]:
 
 def panels(run_dirs: list[Path]) -> dict[str, list[Series]]:
     """Panel -> the series drawn in it, each tagged with its run."""
-    runs = [(Path(d), read_records(Path(d) / "metrics.jsonl"), read_records(Path(d) / "eval.jsonl")) for d in run_dirs]
+    runs = [(Path(d), read_records(run_files.metrics_file(d)), read_records(run_files.eval_file(d))) for d in run_dirs]
     extra = sorted({k for _, rows, _ in runs for row in rows for k in row} - SKIP - set(BASE))
     out: dict[str, list[Series]] = {}
     for panel in [*BASE, "eval success_rate", *extra]:
@@ -89,7 +90,7 @@ def figure(run_dirs: list[Path]):
     from agentkit.core.errors import ConfigError
 
     for d in run_dirs:
-        if not (Path(d) / "metrics.jsonl").exists():
+        if not run_files.metrics_file(d).exists():
             raise ConfigError(f"{d} has no metrics.jsonl: give run folders written by `agentkit train`.")
     data = panels([Path(d) for d in run_dirs])
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]

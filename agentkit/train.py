@@ -62,6 +62,7 @@ from agentkit.checkpoint import (
     save_checkpoint,
     step_folders,
 )
+from agentkit.core import runs
 from agentkit.core.config import settings_of
 from agentkit.core.errors import (
     AgentkitError,
@@ -163,10 +164,11 @@ def _drop_lost_steps(run_dir: Path, last_step: int, *, keep_trajectories: bool =
     """On resume, remove the trajectory and signal files of the steps after the checkpoint: they are
     played again. ``keep_trajectories`` (async runs): the trajectory files stay, the generator's
     buffer; the steps after the checkpoint train on them again as they are."""
-    trajectories = [] if keep_trajectories else list((run_dir / "trajectories").glob("step-*"))
-    for path in [*trajectories, *(run_dir / "signals").glob("step-*.jsonl*")]:
-        number = path.name.removeprefix("step-").split(".")[0]
-        if number.isdigit() and int(number) > last_step:
+    prefix = f"{runs.STEP_PREFIX}*"
+    trajectories = [] if keep_trajectories else list(runs.trajectories_dir(run_dir).glob(prefix))
+    for path in [*trajectories, *runs.signals_dir(run_dir).glob(f"{prefix}.jsonl*")]:
+        number = runs.step_of(path.name.split(".")[0])
+        if number is not None and number > last_step:
             path.unlink()
 
 
@@ -207,9 +209,9 @@ def load_skill_bank(cfg: TrainConfig, run_dir: Path, saved: dict[str, Any] | Non
 def _never_started(run_dir: Path) -> bool:
     """A run folder that holds no finished step: no checkpoint and no metrics line (it failed
     before its first step); starting a run there again loses nothing."""
-    if not (run_dir / "config.yaml").exists() or (run_dir / "checkpoints").exists():
+    if not runs.config_file(run_dir).exists() or runs.checkpoints_dir(run_dir).exists():
         return False
-    metrics = run_dir / "metrics.jsonl"
+    metrics = runs.metrics_file(run_dir)
     return not (metrics.exists() and metrics.read_text().strip())
 
 
@@ -279,13 +281,13 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         print(f"run folder: {cfg.out} (--out to choose one)", file=sys.stderr)
     run_dir = Path(cfg.out)
     if resume:
-        saved = run_dir / "config.yaml"
+        saved = runs.config_file(run_dir)
         if not saved.exists():
             raise ConfigError(f"--resume: {run_dir} has no config.yaml; nothing to resume.")
         steps, folders = checkpoints(run_dir), step_folders(run_dir)
         if steps:  # the newest folder, marker or not: damaged is refused, never loaded or replaced
-            check_complete(run_dir / "checkpoints" / f"step-{folders[-1]}")
-        elif incomplete := sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")):
+            check_complete(runs.checkpoint_dir(run_dir, folders[-1]))
+        elif incomplete := sorted(p.name for p in runs.checkpoints_dir(run_dir).glob(f"{runs.STEP_PREFIX}*")):
             # there, but none complete: never replaced silently
             raise ConfigError(f"--resume: {run_dir} has no complete checkpoint: {incomplete} lack their "
                               "COMPLETE marker (damaged, or written by an agentkit without markers). Move them away "
@@ -306,7 +308,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         last = steps[-1] if steps else 0
         wanted = cfg.train.steps if "train.steps" in given else original.train.steps
         if steps and last >= wanted:  # nothing is loaded, trained or written: not even the new length
-            print(f"--resume: {run_dir} already has {last} steps (checkpoint step-{last}); nothing to do, nothing "
+            print(f"--resume: {run_dir} already has {last} steps (checkpoint {runs.step_name(last)}); nothing to do, nothing "
                   f"changed. Pass --steps N (N > {last}) to train it further.", file=sys.stderr)
             raise NothingToDo(run_dir, last)
         if "train.steps" in given and cfg.train.steps != original.train.steps:
@@ -315,7 +317,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         cfg = original
         _drop_lost_steps(run_dir, last, keep_trajectories=cfg.async_rl.enabled)
         if not steps:  # stopped before its first checkpoint: the same run again from its initial model
-            for name in ("metrics.jsonl", "eval.jsonl"):
+            for name in (runs.METRICS, runs.EVAL):
                 _truncate_jsonl(run_dir / name, -1)  # the step-0 evaluation too: it runs again
             print(f"--resume: {run_dir} has no complete checkpoint yet; starting it again from step 0 "
                   "with its saved config.", file=sys.stderr)
@@ -346,10 +348,10 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
     if run_dir.exists() and any(run_dir.iterdir()):
         print(f"{run_dir}: an earlier run there stopped before its first step; starting anew in it.", file=sys.stderr)
         _drop_lost_steps(run_dir, 0)
-        for name in ("eval.jsonl", "metrics.jsonl"):
+        for name in (runs.EVAL, runs.METRICS):
             (run_dir / name).unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    runs.config_file(run_dir).write_text(dump_config(cfg))
     return cfg, run_dir, None
 
 
@@ -414,9 +416,9 @@ class NothingToDo(AgentkitError):
         return f"{self.run_dir} already has {self.last} steps"
 
     def result(self) -> TrainResult:
-        records = read_records(self.run_dir / "eval.jsonl")
+        records = read_records(runs.eval_file(self.run_dir))
         return TrainResult(self.run_dir, self.last, records[-1] if records else None,
-                           self.run_dir / "checkpoints" / f"step-{self.last}", start_eval=start_eval(self.run_dir))
+                           runs.checkpoint_dir(self.run_dir, self.last), start_eval=start_eval(self.run_dir))
 
 
 @dataclass(frozen=True)
@@ -486,7 +488,7 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
         torch.set_num_threads(default_threads(cfg.async_rl.trainer_threads,
                                               default_threads(cfg.async_rl.generator_threads, 0)))
     base_model = resolve_model_dir(cfg.model) if cfg.model else ensure_default_model()
-    start = run_dir / "checkpoints" / f"step-{resume_step}" if resume_step is not None else base_model
+    start = runs.checkpoint_dir(run_dir, resume_step) if resume_step is not None else base_model
     tokenizer = load_tokenizer(start)
     policy = load_policy(start, cfg.train, resumed=resume_step is not None, device=ranks.device)
     objective = make_objective(cfg.objective.name, cfg.objective.args)
@@ -514,7 +516,7 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
     first_step = 0
     if resume_step is not None:  # after every model is loaded: restores the RNG the run had
         first_step = load_training_state(start, optimizer)["step"]
-        for name in ("metrics.jsonl", "eval.jsonl"):
+        for name in (runs.METRICS, runs.EVAL):
             if ranks.is_main:  # the main process writes the run's files
                 _truncate_jsonl(run_dir / name, first_step)
     model, optimizer, sampler = ranks.prepare(policy, optimizer)
@@ -530,7 +532,7 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
     demos = read_source(cfg.train.demos) if needs.uses_demonstrations else None
     if demos is not None:
         _check_token_ids(demos, len(tokenizer), cfg.train.demos)
-    (run_dir / "trajectories").mkdir(exist_ok=True)
+    runs.trajectories_dir(run_dir).mkdir(exist_ok=True)
     generator = None
     if cfg.async_rl.enabled:
         from agentkit.async_rollout import Generator
@@ -631,7 +633,7 @@ def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats
                                sampling=sampling_params(cfg.sampling, sampling_seed), context=cfg.context,
                                skills=run.skill_selector(sampling_seed, sees=run.needs.policy_sees_skills),
                                consecutive_errors=run.env_error_streak, policy_version=lambda: step)
-    path = run.run_dir / "trajectories" / f"step-{step + 1}.jsonl"
+    path = runs.trajectory_file(run.run_dir, step + 1)
     with TrajectoryWriter(path, mode="overwrite") if ranks.is_main else contextlib.nullcontext() as writer:
         played = []
 
@@ -677,7 +679,7 @@ def score(run: Run, trajectories: list, step: int):
         records = episode_signals(batch, trajectories, episodes=cfg.log.signal_episodes,
                                   rng=random.Random(f"{cfg.seed}:{step}:signals"))
         if records:
-            _write_jsonl(run.run_dir / "signals" / f"step-{step + 1}.jsonl", records)
+            _write_jsonl(runs.signals_file(run.run_dir, step + 1), records)
     if run.reference is not None:
         with torch.no_grad():
             batch = replace(batch, ref_logprobs=policy_logprobs(run.reference, ranks.to_device(batch)).cpu())
@@ -819,7 +821,7 @@ def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> tup
 
 def start_eval(run_dir: Path) -> dict[str, Any] | None:
     """eval.jsonl's step-0 record (the starting policy), if the run has one."""
-    return next((r for r in read_records(run_dir / "eval.jsonl") if r.get("step") == 0), None)
+    return next((r for r in read_records(runs.eval_file(run_dir)) if r.get("step") == 0), None)
 
 
 def evaluate_step(run: Run, step: int) -> None:
@@ -830,7 +832,7 @@ def evaluate_step(run: Run, step: int) -> None:
                              skills=run.skill_selector(cfg.seed, sees=True) if run.needs.policy_sees_skills else None)
     run.last_eval = {"step": step, "split": cfg.eval.split, "episodes": stats.episodes, **_summary(stats),
                      **{key: report[key] for key in _EVAL_REPORT_KEYS if key in report}}
-    _append_jsonl(run.run_dir / "eval.jsonl", run.last_eval)
+    _append_jsonl(runs.eval_file(run.run_dir), run.last_eval)
     run.trackers.log_eval(step, run.last_eval)
 
 
@@ -849,21 +851,21 @@ def _resumable(run_dir: Path, err: OSError) -> DiskFullError:
     if not isinstance(err, DiskFullError):  # a file written outside this module's helpers
         err = disk_full("a file of the run", err.filename or run_dir, err, "Free some space there to go on.")
     steps = checkpoints(run_dir)
-    since = f"from checkpoint step-{steps[-1]}" if steps else "from step 0: it has no checkpoint yet"
+    since = f"from checkpoint {runs.step_name(steps[-1])}" if steps else "from step 0: it has no checkpoint yet"
     return DiskFullError(f"{err} Then continue the run ({since}) with: agentkit train --out "
                          f"{shlex.quote(str(run_dir))} --resume")
 
 
-def step_file(run: Run, step: int) -> Path:
-    """The file holding the episodes the step trained on: its trajectories, or the demonstrations."""
-    return Path(run.cfg.train.demos) if run.demos is not None else run.run_dir / "trajectories" / f"step-{step + 1}.jsonl"
+def trained_on(run: Run, step: int) -> Path:
+    """The file holding the episodes (0-based) ``step`` trained on: its trajectories, or the demonstrations."""
+    return Path(run.cfg.train.demos) if run.demos is not None else runs.trajectory_file(run.run_dir, step + 1)
 
 
 def _check_divergence(run: Run, step: int) -> None:
     cfg = run.cfg
     if not (cfg.train.max_bad_updates and run.bad_update_streak >= cfg.train.max_bad_updates):
         return
-    data_file = step_file(run, step)
+    data_file = trained_on(run, step)
     raise TrainingDivergedError(
         f"{run.bad_update_streak} updates in a row had a NaN or inf loss or gradient (the last at step "
         f"{step + 1}; train.max_bad_updates={cfg.train.max_bad_updates}), so the run stops. Each was "
@@ -926,8 +928,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
                 evaluate_step(run, step + 1)
             record["step_s"] = time.perf_counter() - started
             if ranks.is_main:
-                _append_jsonl(run.run_dir / "metrics.jsonl", record)
-                run.trackers.log_step(step + 1, record, trajectories, step_file(run, step))
+                _append_jsonl(runs.metrics_file(run.run_dir), record)
+                run.trackers.log_step(step + 1, record, trajectories, trained_on(run, step))
                 for line in watch.observe(record):  # the signs of a run that is not learning, once each
                     bar.write(line, file=sys.stderr)
             _check_divergence(run, step)
@@ -953,6 +955,6 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     ranks.close()
     steps = checkpoints(run.run_dir) if ranks.is_main else []
     return TrainResult(run.run_dir, cfg.train.steps, run.last_eval,
-                       run.run_dir / "checkpoints" / f"step-{steps[-1]}" if steps else None,
+                       runs.checkpoint_dir(run.run_dir, steps[-1]) if steps else None,
                        start_eval=start_eval(run.run_dir) if ranks.is_main else None,
                        teacher=cfg.teacher.spec if run.needs.needs_teacher else None)

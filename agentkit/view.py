@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from agentkit.core import runs
 from agentkit.core.errors import ConfigError
 from agentkit.core.jsonl import iter_trajectories, step_files
 from agentkit.core.trajectory import Trajectory
@@ -59,8 +60,8 @@ def _tokenizer_folder(source: Path, trajectories: list[Trajectory], model: str |
     if source.is_dir():
         from agentkit.checkpoint import checkpoints
 
-        candidates += [source / "checkpoints" / f"step-{step}" for step in reversed(checkpoints(source))]
-        config = source / "config.yaml"
+        candidates += [runs.checkpoint_dir(source, step) for step in reversed(checkpoints(source))]
+        config = runs.config_file(source)
         if config.exists():
             import yaml
 
@@ -118,12 +119,12 @@ def collect(source: Path, *, model: str | None = None, max_episodes: int = 20_00
     source = Path(source)
     if not source.exists():
         raise ConfigError(f"{source} does not exist: give a trajectory file (.jsonl) or a run folder.")
-    dataset = is_dataset(source) and not (source / "trajectories").is_dir()  # agentkit export's
+    dataset = is_dataset(source) and not runs.trajectories_dir(source).is_dir()  # agentkit export's
     if source.is_dir() and not dataset:
-        files = step_files(source / "trajectories")
+        files = step_files(runs.trajectories_dir(source))
         if not files:
             raise ConfigError(f"{source} has no trajectories/step-N.jsonl: is it a run folder of `agentkit train`?")
-        signal_files = dict(step_files(source / "signals"))
+        signal_files = dict(step_files(runs.signals_dir(source)))
     else:
         files, signal_files = [(None, source)], {}
     loaded: list[tuple[int | None, Trajectory, dict | None]] = []

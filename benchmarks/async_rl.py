@@ -38,6 +38,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+from agentkit.core import runs
 from agentkit.core.evalstats import wilson
 
 HERE = Path(__file__).resolve().parent
@@ -59,11 +60,11 @@ def train(out: Path, env: str, seed: int, steps: int, mode: str, args) -> dict:
     if result.returncode != 0:
         raise SystemExit(f"{mode} run on {env} failed:\n{result.stderr[-3000:]}")
     wall = time.perf_counter() - started
-    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    final = json.loads((out / "eval.jsonl").read_text().splitlines()[-1])
+    metrics = [json.loads(line) for line in runs.metrics_file(out).read_text().splitlines()]
+    final = json.loads(runs.eval_file(out).read_text().splitlines()[-1])
     from agentkit.core.jsonl import read_trajectories
 
-    trained = [t for s in range(1, steps + 1) for t in read_trajectories(out / "trajectories" / f"step-{s}.jsonl")]
+    trained = [t for s in range(1, steps + 1) for t in read_trajectories(runs.trajectory_file(out, s))]
     middle = metrics[1:-1] or metrics
     step_s = statistics.median(m["step_s"] for m in middle)
     if mode == "sync":

@@ -44,6 +44,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from agentkit.core import runs
+
 ENV_ID = "peer/prompts-v0"
 # TRL's two configurations: its GRPOConfig defaults, and what an expert changes for a tiny model on a CPU
 TRL_CONFIGS: dict[str, dict] = {"defaults": {}, "expert": {"gradient_checkpointing": False}}
@@ -115,7 +117,7 @@ class AgentkitClock:
     def result(self, run_dir: Path, warmup: int, steps: int) -> dict:
         """The timed steps (after ``warmup``): a step starts with its rollout, so they run from rollout
         ``warmup`` to rollout ``warmup + steps`` (the final step, which also evaluates, is not timed)."""
-        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        records = [json.loads(line) for line in runs.metrics_file(run_dir).read_text().splitlines() if line.strip()]
         timed = range(warmup, warmup + steps)
         first, last = self.run_starts[warmup], self.run_starts[warmup + steps]
         return {"wall_s": last[0] - first[0], "cpu_s": last[1] - first[1], "window": (first[0], last[0]),

@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentkit.core import runs
+
 CONFIGS = Path(__file__).resolve().parent / "configs"
 STAGES = ("init", "sft", "grpo")
 # what must agree between the SFT and GRPO configs for their evaluations to be comparable
@@ -78,7 +80,7 @@ def load_stage_configs(args: argparse.Namespace, seed: int, seed_dir: Path, demo
              for name in ("sft", "grpo")}
     sft = load_config(args.sft_config, quick["sft"] + args.sft_set, values={
         "seed": seed, "out": str(seed_dir / "sft"), "model": str(seed_dir / "model-init"), "train.demos": str(demos)})
-    sft_final = seed_dir / "sft" / "checkpoints" / f"step-{sft.train.steps}"
+    sft_final = runs.checkpoint_dir(seed_dir / "sft", sft.train.steps)
     grpo = load_config(args.grpo_config, quick["grpo"] + args.grpo_set, values={
         "seed": seed, "out": str(seed_dir / "grpo"), "model": str(sft_final)})
     sft, grpo = resolve_defaults(sft), resolve_defaults(grpo)  # the environment's defaults filled in, as the runs record them
@@ -125,7 +127,7 @@ def evaluate_model(model_dir: Path, cfg) -> dict[str, float]:
 
 def final_evaluation(run_dir: Path, steps: int) -> dict[str, float]:
     """The run's evaluation after its last step (the loop always evaluates there)."""
-    records = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in runs.eval_file(run_dir).read_text().splitlines() if line.strip()]
     last = [r for r in records if r["step"] == steps]
     if not last:
         from agentkit.core.errors import AgentkitError
@@ -203,7 +205,7 @@ def run_seed(args: argparse.Namespace, seed: int, out: Path) -> dict[str, Any]:
         "init": init_result,
         "sft": final_evaluation(Path(sft_cfg.out), sft_cfg.train.steps),
         "grpo": final_evaluation(Path(grpo_cfg.out), grpo_cfg.train.steps),
-        "final_model": str(Path(grpo_cfg.out) / "checkpoints" / f"step-{grpo_cfg.train.steps}"),
+        "final_model": str(runs.checkpoint_dir(Path(grpo_cfg.out), grpo_cfg.train.steps)),
         "wall_s": wall,
         "configs": {"sft": sft_cfg.model_dump(mode="json"), "grpo": grpo_cfg.model_dump(mode="json")},
     }

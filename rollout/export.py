@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from agentkit.core import runs
 from agentkit.core.errors import ConfigError, MissingDependencyError, TrajectoryFormatError
 from agentkit.core.jsonl import read_trajectories, step_files
 from agentkit.core.trajectory import JSON_KEY, OMIT_NONE, Trajectory, Turn
@@ -127,7 +128,7 @@ def source_trajectories(source: str | Path) -> list[Trajectory]:
     JSONL file."""
     path = Path(source)
     if path.is_dir():
-        steps = [file for _, file in step_files(path / "trajectories")]
+        steps = [file for _, file in step_files(runs.trajectories_dir(path))]
         if not steps:
             raise ConfigError(f"{path} holds no trajectories/step-N.jsonl files: give a training run folder or a "
                               "trajectory JSONL file (agentkit rollout --out FILE).")

@@ -15,6 +15,7 @@ import torch
 from agentkit.rollout.backend import Generation, SamplingParams, row_seeds
 from safetensors import SafetensorError
 
+from agentkit.core import runs
 from agentkit.core.errors import ModelError
 from agentkit.core.model_files import adapter_base, is_model_folder
 
@@ -32,7 +33,7 @@ def _local_folder(path: str | Path) -> Path:
                          f"agentkit model init --out {path}")
     if not folder.is_dir():
         raise ModelError(f"{path} is a file, not a model folder (a folder with config.json and the tokenizer).")
-    if not is_model_folder(folder) and ((folder / "checkpoints").is_dir() or (folder / "config.yaml").exists()):
+    if not is_model_folder(folder) and runs.is_run_folder(folder):
         raise ModelError(f"{path} is a training run folder, not a model folder: pass one of its checkpoints "
                          f"({path}/checkpoints/step-N), or give the run folder to --model, which uses its newest.")
     return folder

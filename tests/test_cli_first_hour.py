@@ -52,7 +52,12 @@ class _NeverBuilt:
         raise AssertionError("the environment was built before the settings were checked")
 
 
-register("testing/never-built-v0", _NeverBuilt, description="fails if built", overwrite=True)
+@pytest.fixture
+def never_built(monkeypatch):
+    """``testing/never-built-v0`` registered for this test only: a module-level registration would
+    join every environment test collected after this file in the same process."""
+    monkeypatch.setattr(REGISTRY, "_specs", dict(REGISTRY._specs))
+    register("testing/never-built-v0", _NeverBuilt, description="fails if built")
 
 
 @pytest.mark.parametrize(("flags", "module", "message"), [
@@ -61,7 +66,7 @@ register("testing/never-built-v0", _NeverBuilt, description="fails if built", ov
     (["--backend", "vllm"], "vllm", "backend=vllm needs vLLM"),
 ])
 def test_a_setting_whose_package_is_missing_is_refused_before_any_work(flags, module, message, monkeypatch, tmp_path,
-                                                                        capsys):
+                                                                        capsys, never_built):
     monkeypatch.setitem(sys.modules, module, None)  # the fault: not installed (import fails, find_spec is None)
     started = time.perf_counter()
     code = main(["train", "--env", "testing/never-built-v0", "--steps", "1", "--out", str(tmp_path / "run"), "--quiet",

@@ -62,6 +62,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentkit.core import runs
+
 PRIVILEGED = ("skills", "env")  # what the self-teacher sees, and what the hinted demonstrations show
 
 
@@ -181,7 +183,7 @@ def rl_config(setup: EnvSetup, variant: str, seed: int, *, model: Path, out: Pat
 
 
 def final_checkpoint(run_dir: Path, steps: int) -> Path:
-    return run_dir / "checkpoints" / f"step-{steps}"
+    return runs.checkpoint_dir(run_dir, steps)
 
 
 def run_training(cfg) -> bool:
@@ -393,11 +395,11 @@ def _train_and_evaluate(setup: EnvSetup, name: str, variant: str, seed: int, env
     run_training(cfg)
     train_s = time.perf_counter() - started
     evals = evaluate_splits(setup, cfg, final_checkpoint(run_dir / "train", setup.rl_steps))
-    metrics = read_jsonl(run_dir / "train" / "metrics.jsonl")
+    metrics = read_jsonl(runs.metrics_file(run_dir / "train"))
     result = {
         "env": name, "variant": variant, "seed": seed, "eval": evals,
         "curve": [{"step": r["step"], "success_rate": r["success_rate"]}
-                  for r in read_jsonl(run_dir / "train" / "eval.jsonl")],
+                  for r in read_jsonl(runs.eval_file(run_dir / "train"))],
         "diagnostics": {k: statistics.fmean(m[k] for m in metrics if k in m)
                         for k in DIAGNOSTICS if any(k in m for m in metrics)},
         "rollout_episodes": setup.rl_steps * setup.tasks_per_step * setup.group_size,

@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentkit.core import runs
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 FIRST_DECISION = {"chambers": 1, "moves": 1, "dead_ends": True}
@@ -155,8 +157,8 @@ def run_one(out: Path, name: str, prepared: Path, quick: bool) -> None:
         BENCH.NANO.run_training(load_config(None, overrides(control, prepared=prepared, budget=budget, quick=quick,
                                                             out=folder / "train")))
         curve = [{"step": r["step"], "success_rate": r["success_rate"], "won_by_seed": r.get("won_by_seed")}
-                 for r in BENCH.NANO.read_jsonl(folder / "train" / "eval.jsonl")]
-    metrics = BENCH.NANO.read_jsonl(folder / "train" / "metrics.jsonl")
+                 for r in BENCH.NANO.read_jsonl(runs.eval_file(folder / "train"))]
+    metrics = BENCH.NANO.read_jsonl(runs.metrics_file(folder / "train"))
     keys = ("reverse_kl", "full_kl", "signal_share", "invalid_rate", "success_rate", "kl", "gate_mean")
     result = {"name": name, "control": dataclasses.asdict(control), "curve": curve, "wall_s": time.perf_counter() - started,
               "metrics": [{"step": m["step"], **{k: m[k] for k in keys if k in m}} for m in metrics]}

@@ -60,6 +60,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentkit.core import runs
+
 HERE = Path(__file__).resolve().parent
 ENV_ID = "vaults/vaults-v0"
 RL_FAMILIES = "all"  # the 12 named families; SFT sees only the practice families
@@ -266,7 +268,7 @@ def sft(budget: Budget, *, model: Path, demos: Path, out: Path, steps: int, lr: 
                 "eval.episodes=4", f"checkpoint.every={steps}", "seed=0", f"model={model}", f"train.demos={demos}",
                 f"out={out}"])
     NANO.run_training(cfg)
-    return out / "checkpoints" / f"step-{steps}"
+    return runs.checkpoint_dir(out, steps)
 
 
 def prepare(budget: Budget, out: Path, times: dict[str, float]) -> None:
@@ -298,11 +300,11 @@ def prepare(budget: Budget, out: Path, times: dict[str, float]) -> None:
 
 
 def student_dir(budget: Budget, out: Path) -> Path:
-    return out / "sft" / "checkpoints" / f"step-{budget.sft_steps}"
+    return runs.checkpoint_dir(out / "sft", budget.sft_steps)
 
 
 def teacher_dir(budget: Budget, out: Path) -> Path:
-    return out / "teacher" / "checkpoints" / f"step-{budget.teacher_steps}"
+    return runs.checkpoint_dir(out / "teacher", budget.teacher_steps)
 
 
 # ---------------------------------------------------------------- evaluation
@@ -432,14 +434,14 @@ def train_and_test(out: Path, stage: str, name: str, budget: Budget) -> None:
                             out=folder / "train"))
     NANO.run_training(cfg)
     train_s = time.perf_counter() - started
-    metrics = NANO.read_jsonl(folder / "train" / "metrics.jsonl")
+    metrics = NANO.read_jsonl(runs.metrics_file(folder / "train"))
     result = {**spec, "train_s": train_s,
               "curve": [{"step": r["step"], "success_rate": r["success_rate"]}
-                        for r in NANO.read_jsonl(folder / "train" / "eval.jsonl")],
+                        for r in NANO.read_jsonl(runs.eval_file(folder / "train"))],
               "diagnostics": {k: statistics.fmean(m[k] for m in metrics if k in m)
                               for k in DIAGNOSTICS if any(k in m for m in metrics)}}
     if stage == "main":  # test games only here, after frozen.json
-        final = folder / "train" / "checkpoints" / f"step-{spec['steps']}"
+        final = runs.checkpoint_dir(folder / "train", spec["steps"])
         result["test"] = play(budget, final, split="test", games=budget.test_games)
         if spec["arm"] == "skill_grpo":
             result["test_with_skills"] = play(budget, final, split="test", games=budget.test_games, bank=out / "bank.yaml")
@@ -540,7 +542,7 @@ def behaviour(train_dir: Path, step: int) -> dict[str, float] | None:
     episodes whose first action was right, that entered a dead end, that went back out of one, won."""
     from agentkit.envs.vaults_env import parse_move
 
-    episodes = NANO.read_jsonl(train_dir / "trajectories" / f"step-{step}.jsonl")
+    episodes = NANO.read_jsonl(runs.trajectory_file(train_dir, step))
     if not episodes:
         return None
 

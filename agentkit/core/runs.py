@@ -1,0 +1,87 @@
+"""The run folder's layout, in one place: every file that reads or writes a training run's folder
+asks here for a path instead of spelling it.
+
+    RUN/config.yaml                          the settings (what --resume and the CLI read back)
+    RUN/metrics.jsonl                        a line per step
+    RUN/eval.jsonl                           a line per evaluation (step 0: the starting policy)
+    RUN/checkpoints/step-N/                  the policy after step N (complete when it holds its marker)
+    RUN/trajectories/step-N.jsonl            the episodes step N trained on
+    RUN/trajectories/step-N.generator.json   the async generator's record of the episodes of step N
+    RUN/signals/step-N.jsonl                 per-token teacher signals of a few episodes of step N
+
+Steps are counted from 1 in names (step N is the N-th update); a step still being written carries
+a suffix (``.part``) and is no step yet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFIG = "config.yaml"
+METRICS = "metrics.jsonl"
+EVAL = "eval.jsonl"
+CHECKPOINTS = "checkpoints"
+TRAJECTORIES = "trajectories"
+SIGNALS = "signals"
+STEP_PREFIX = "step-"
+
+
+def step_name(step: int) -> str:
+    """``step-N``: a checkpoint folder's name and every per-step file's stem."""
+    return f"{STEP_PREFIX}{step}"
+
+
+def step_of(name: str) -> int | None:
+    """N of a ``step-N`` folder name, None for any other name (temporary or trash folders too)."""
+    digits = name[len(STEP_PREFIX):] if name.startswith(STEP_PREFIX) else ""
+    return int(digits) if digits.isdigit() else None
+
+
+def config_file(run_dir: Path) -> Path:
+    return Path(run_dir) / CONFIG
+
+
+def metrics_file(run_dir: Path) -> Path:
+    return Path(run_dir) / METRICS
+
+
+def eval_file(run_dir: Path) -> Path:
+    return Path(run_dir) / EVAL
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    """The folder of the checkpoint after step ``step``."""
+    return checkpoints_dir(run_dir) / step_name(step)
+
+
+def trajectories_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / TRAJECTORIES
+
+
+def trajectory_file(run_dir: Path, step: int) -> Path:
+    """The episodes step ``step`` (from 1) trained on."""
+    return trajectories_dir(run_dir) / f"{step_name(step)}.jsonl"
+
+
+def generator_file(run_dir: Path, step: int) -> Path:
+    """The async generator's record of step ``step`` (from 1)."""
+    return trajectories_dir(run_dir) / f"{step_name(step)}.generator.json"
+
+
+def signals_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / SIGNALS
+
+
+def signals_file(run_dir: Path, step: int) -> Path:
+    """Per-token teacher signals of step ``step`` (from 1)."""
+    return signals_dir(run_dir) / f"{step_name(step)}.jsonl"
+
+
+def is_run_folder(folder: Path) -> bool:
+    """A training run's folder (it has its settings or checkpoints), not a model folder."""
+    folder = Path(folder)
+    return checkpoints_dir(folder).is_dir() or config_file(folder).exists()

@@ -80,7 +80,8 @@ def test_the_api_key_is_used_but_never_written(tiny_model_dir, tmp_path, agentki
                       "vaults/vaults-v0", "--model", str(tiny_model_dir), "--out", str(run), "--steps", "1",
                       "--group-size", "2", "--tasks-per-step", "1", "--quiet", "--set", "env.kwargs={families: amber}",
                       "--set", "env.max_turns=2", "--set", "eval.episodes=1", "--set", "eval.every=0",
-                      "--set", "sampling.max_new_tokens=8", "--set", "checkpoint.every=1", env=env)
+                      "--set", "sampling.max_new_tokens=8", "--set", "checkpoint.every=1",
+                      "--set", "objective.args.topk=5", env=env)  # a server's prompt_logprobs are its top-k only
         outputs += [result.stdout, result.stderr]
         assert result.returncode == 0, result.stderr[-3000:]
     # the key was in play: every request the server answered carried it

@@ -58,7 +58,7 @@ def test_quick_grid_runs_every_stage_and_freezes_before_test(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert sorted(r["arm"] for r in results["main"]) == sorted(run.ARMS)
-    assert {"student/none", "student/right", "student/wrong", "teacher/none", "play", "after_mistake"} <= set(
+    assert {"student/none", "student/right", "student/wrong", "teacher/none", "play"} <= set(
         results["premise"])
     assert len(results["pilot"]["runs"]) == len(run.PILOT_LRS)
     assert len(results["sweep"]) == sum(len(v) for v in run.SWEEP.values())

@@ -1,45 +1,41 @@
-"""Can the seeds' mechanisms show at nano scale? SDAR and SAGE-OPD on vaults, a task family whose
-knowledge transfers, with a dev-split sweep frozen before test, paired seeds and bootstrap intervals.
+"""Can the seeds' claims show at nano scale? SDAR and SAGE-OPD on vaults, judged on runs that learn:
+a dev-split sweep frozen before test, paired seeds and bootstrap intervals.
 
-    python examples/vaults_bench/run.py --out runs/vaults-bench        # the whole grid, about 1 h on 2 cores
+    python examples/vaults_bench/run.py --out runs/vaults-bench        # the whole grid, about 100 min on 2 cores
     python examples/vaults_bench/run.py --out /tmp/vb-quick --quick    # every stage on tiny budgets (CI)
     python examples/vaults_bench/run.py --out runs/vaults-bench --report-only
 
 The environment (``vaults/vaults-v0``, ``envs/vaults_env.py``): each task is a vault of a family;
-one marked exit is right in every chamber of every vault of that family (the family's rule); a wrong
-exit leads into a dead end, ``go back`` returns (two of the 6 moves: one mistake is recoverable).
-The family name is in every observation, the rule only in a skill ("In kelp vaults take the exit
-marked sun."). The student sees one turn at a time (``context.window = 0``): the first decision of
-a vault needs the rule; after a right exit the observation ("You take the sun exit.") names the
-marker; a dead end is a history no expert game shows, so the way out has to be learned by RL.
-(``DEAD_ENDS = False`` plays the sealed-exit variant, ``dead_ends: false``.)
+one marked exit is right in every chamber of every vault of that family (the family's rule). The
+family name is in every observation, the rule only in a skill ("In kelp vaults take the exit marked
+sun."). The grid plays a vault's first decision (``FIRST_DECISION``: one chamber, one move), the
+decision the rule decides, on ``RL_FAMILIES``: the setting in which the positive controls
+(``examples/positive_controls``) learn, GRPO included (many distinct tasks per step, a group of 8).
 
 Stages, each cached in ``OUT/`` (a stage whose output exists is skipped; the same command continues
 an interrupted grid):
 
 1. ``prepare``  the tiny model; a rule bank for the self-teacher (one skill per named family, no
    ``applies_to`` filter, so a retriever can hand a task the wrong family's rule); expert
-   demonstrations on the 240 *practice* families (rules drawn over all 12 markers, so memorizing
-   does not pay: the rule has to be read), most of them with the right skill as the self-teacher
-   renders it; SFT (the student, and the self-teacher: same weights, skill in front). OPD's and
-   SAGE-OPD's teacher: a separate policy, the student SFT'd further on expert games of the RL
-   families without skills (it knows their rules) and never shown a wrong exit, so it may be
-   unreliable after the student's mistakes, as a bigger model is on off-distribution histories.
-2. ``premise``  before any RL, on dev games of the RL families: the student without skills, with the
-   right skill, with a wrong family's skill (teacher-forced expert actions and greedy play), the OPD
-   teacher (the same, and greedy play), and what each does just after one wrong exit.
+   demonstrations of whole vaults on the 240 *practice* families (rules drawn over all 12 markers,
+   so memorizing does not pay: the rule has to be read), most of them with the right skill as the
+   self-teacher renders it; SFT (the student, and the self-teacher: same weights, skill in front).
+   OPD's and SAGE-OPD's teacher: a separate policy, the student SFT'd further on expert games of the
+   12 named families without skills (it knows their rules). The positive controls start from it too.
+2. ``premise``  before any RL, on dev first decisions: the student without skills, with the right
+   skill, with a wrong family's skill (teacher-forced expert actions and greedy play), the teacher.
 3. ``pilot``    GRPO on dev at ``PILOT_LRS`` for ``pilot_steps``; the best final dev success fixes the
    shared lr; that run fixes every run's budget (steps x tasks x group): the pilot's length, or,
    when it gained beyond noise, the checkpoint with 90% of its gain.
-4. ``sweep``    a few settings per method on dev only (``SWEEP``), one seed each; the best dev success
+4. ``sweep``    each method's coefficient on dev only (``SWEEP``), one seed each; the best dev success
    per method is frozen in ``OUT/frozen.json`` before anything is evaluated on test.
 5. ``main``     every arm (``ARMS``) x ``--seeds`` with the frozen settings, same budget, the same KL
    coefficient (the objectives' 0.01 wherever there is one), paired seeds (seed s draws the same
    training tasks and sampling seeds in every arm); curves on dev, then greedy on ``test_games``
    test games (without skills; Skill-GRPO also with them).
 6. the report (``report.py``): premise, pilot, sweep, per-claim paired differences with bootstrap
-   95% intervals over seeds and games and the minimum detectable effect, curves, gate and turn-label
-   diagnostics, time.
+   95% intervals over seeds and games and the minimum detectable effect, curves with the seeds'
+   band, SDAR's gate and SAGE-OPD's turn labels over training, time.
 
 Departures, on purpose: SAGE-OPD's judge is the ``oracle`` (the expert action; a tiny teacher cannot
 write a label); SDAR's retriever is ``keyword`` (BM25 on the task text, which names the family) with
@@ -64,10 +60,15 @@ from agentkit.core import runs
 
 HERE = Path(__file__).resolve().parent
 ENV_ID = "vaults/vaults-v0"
-RL_FAMILIES = "all"  # the 12 named families; SFT sees only the practice families
+TEACHER_FAMILIES = "all"  # OPD's teacher learns the 12 named families' rules; SFT sees only the practice families
+RL_FAMILIES = ["amber", "basalt", "cedar"]  # the grid's tasks: few families, many tasks per step (the GRPO control)
+FIRST_DECISION = {"chambers": 1, "moves": 1}  # the grid's episode: a vault's first decision, the one the rule decides
 DEAD_ENDS = True  # a wrong exit leads into a dead end; `go back` (never in a demonstration) leads out
+GROUP = "objective.args.aggregation=sequence-mean"  # GRPO's family, as in the GRPO control
 SELF = ["teacher.privileged=[skills]", "skills.retrieval=keyword", "skills.k=1"]
-SEEDS = (0, 1, 2, 3, 4)
+TEACHER = "teacher.spec=model:{teacher}"
+SAGE = ["objective.name=sage_opd", TEACHER, "objective.args.judge=oracle"]
+SEEDS = (0, 1, 2)
 SWEEP_SEED = 100  # the sweep's own seed: none of the main grid's training draws
 
 
@@ -89,53 +90,52 @@ class Budget:
     teacher_demos: int = 384
     teacher_steps: int = 200
     premise_games: int = 128
-    pilot_steps: int = 30
+    pilot_steps: int = 40
     min_steps: int = 10
-    tasks_per_step: int = 8
-    group_size: int = 4
-    curve_points: int = 6
+    tasks_per_step: int = 32
+    group_size: int = 8
+    warmup_steps: int = 10
+    curve_points: int = 4
     curve_games: int = 128
     test_games: int = 256
-    max_turns: int = 8
+    max_turns: int = 8  # stage 1's whole vaults; RL plays FIRST_DECISION, one turn
     max_new_tokens: int = 12
 
 
 QUICK = Budget(demos=16, sft_steps=4, teacher_demos=4, teacher_steps=2, premise_games=4, pilot_steps=2, min_steps=1,
-               tasks_per_step=2, group_size=2, curve_points=1, curve_games=4, test_games=6, max_turns=4)
-PILOT_LRS = (1e-4, 3e-4, 1e-3, 3e-3)
+               tasks_per_step=2, group_size=2, warmup_steps=1, curve_points=1, curve_games=4, test_games=6, max_turns=4)
+PILOT_LRS = (3e-4, 1e-3)  # the controls' lr and a third of it
 
 # arm -> (objective, overrides); "{lr}" and the method's swept keys are filled from frozen.json
+# OPD and SAGE-OPD run with the default estimator (`full`, on which their claims are judged) and with
+# the papers' (`sampled`); SAGE-OPD's ablations with the default
 ARMS: dict[str, list[str]] = {
-    "grpo": ["objective.name=grpo"],
-    "sdar": ["objective.name=sdar", *SELF],
-    "sdar-random": ["objective.name=sdar", *SELF, "skills.retrieval=random"],
-    "grpo_opsd": ["objective.name=grpo_opsd", *SELF],
-    "grpo_opsd_rkl": ["objective.name=grpo_opsd_rkl", *SELF],
-    "opsd": ["objective.name=opsd", *SELF],
-    "skill_grpo": ["objective.name=skill_grpo", "skills.retrieval=keyword", "skills.k=1"],
-    "opd": ["objective.name=opd", "teacher.spec=model:{teacher}"],
-    "sage_opd": ["objective.name=sage_opd", "teacher.spec=model:{teacher}", "objective.args.judge=oracle"],
-    "sage_opd-s=i": ["objective.name=sage_opd", "teacher.spec=model:{teacher}", "objective.args.judge=oracle",
-                     "objective.args.confidence=false"],
-    "sage_opd-noZ": ["objective.name=sage_opd", "teacher.spec=model:{teacher}", "objective.args.judge=oracle",
-                     "objective.args.normalize=false"],
+    "grpo": ["objective.name=grpo", GROUP],
+    "sdar": ["objective.name=sdar", GROUP, *SELF],
+    "sdar-random": ["objective.name=sdar", GROUP, *SELF, "skills.retrieval=random"],
+    "grpo_opsd": ["objective.name=grpo_opsd", GROUP, *SELF],
+    "opsd": ["objective.name=opsd", GROUP, *SELF],
+    "skill_grpo": ["objective.name=skill_grpo", GROUP, "skills.retrieval=keyword", "skills.k=1"],
+    "opd": ["objective.name=opd", TEACHER],
+    "opd-sampled": ["objective.name=opd", TEACHER, "objective.args.estimator=sampled"],
+    "sage_opd": SAGE,
+    "sage_opd-sampled": [*SAGE, "objective.args.estimator=sampled"],
+    "sage_opd-s=i": [*SAGE, "objective.args.confidence=false"],
+    "sage_opd-noZ": [*SAGE, "objective.args.normalize=false"],
 }
 # which swept method's frozen settings an arm takes
 METHOD_OF = {"grpo": "grpo", "skill_grpo": "grpo", "opsd": "grpo", "sdar": "sdar", "sdar-random": "sdar",
-             "grpo_opsd": "grpo_opsd", "grpo_opsd_rkl": "grpo_opsd_rkl", "opd": "opd", "sage_opd": "sage_opd",
-             "sage_opd-s=i": "sage_opd", "sage_opd-noZ": "sage_opd"}
-# method -> candidate settings (dev only); lr "shared" = the pilot's lr
+             "grpo_opsd": "grpo_opsd", "opd": "grpo", "opd-sampled": "grpo", "sage_opd": "grpo",
+             "sage_opd-sampled": "grpo", "sage_opd-s=i": "grpo", "sage_opd-noZ": "grpo"}
+# method -> candidate coefficients (dev only, at the pilot's lr); methods without one take the pilot's lr
 SWEEP: dict[str, list[dict[str, Any]]] = {
-    "sdar": [{"lam": lam, "beta": beta} for lam, beta in ((0.01, 5.0), (0.1, 5.0), (1.0, 5.0), (1.0, 1.0))],
+    "sdar": [{"lam": lam, "beta": 5.0} for lam in (0.01, 0.1, 1.0)],
     "grpo_opsd": [{"lam": lam} for lam in (0.01, 1.0)],
-    "grpo_opsd_rkl": [{"lam": lam} for lam in (0.1, 1.0)],
-    "opd": [{"lr_scale": s} for s in (1 / 3, 1.0)],  # the pilot's 3x lr collapsed GRPO
-    "sage_opd": [{"lr_scale": s} for s in (1 / 3, 1.0)],
 }
-SWEEP_ARM = {"sdar": "sdar", "grpo_opsd": "grpo_opsd", "grpo_opsd_rkl": "grpo_opsd_rkl", "opd": "opd",
-             "sage_opd": "sage_opd"}
+SWEEP_ARM = {"sdar": "sdar", "grpo_opsd": "grpo_opsd"}
 DIAGNOSTICS = ("gate_mean", "gate_above_half", "gap_mean", "negative_gap_share", "reverse_kl", "judge_skip_share",
                "judge_weak_share", "judge_strong_share", "judge_check_share", "confidence_mean", "Z", "kl")
+OVER_TIME = ("gate_above_half", "gate_mean", "judge_skip_share", "judge_weak_share", "judge_strong_share")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -156,10 +156,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---------------------------------------------------------------- settings
 
 
-def base_overrides(budget: Budget) -> list[str]:
-    return [f"env.id={ENV_ID}", f"env.kwargs={{families: {RL_FAMILIES}, dead_ends: {str(DEAD_ENDS).lower()}}}",
-            "eval.split=dev",
-            f"env.max_turns={budget.max_turns}", f"sampling.max_new_tokens={budget.max_new_tokens}",
+def env_kwargs(families: str | list[str], *, first_decision: bool) -> dict[str, Any]:
+    """The vaults settings: stage 1 plays whole vaults, the grid (RL, premise, test) a vault's first decision."""
+    return {"families": families, "dead_ends": DEAD_ENDS, **(FIRST_DECISION if first_decision else {})}
+
+
+def base_overrides(budget: Budget, kwargs: dict[str, Any]) -> list[str]:
+    def yaml(value) -> str:
+        if isinstance(value, list):
+            return "[" + ", ".join(value) + "]"
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    inline = ", ".join(f"{k}: {yaml(v)}" for k, v in kwargs.items())
+    turns = kwargs.get("moves", budget.max_turns)
+    return [f"env.id={ENV_ID}", f"env.kwargs={{{inline}}}", "eval.split=dev",
+            f"env.max_turns={turns}", f"sampling.max_new_tokens={budget.max_new_tokens}",
             "context.mode=window", "context.window=0", "checkpoint.keep=1"]
 
 
@@ -174,7 +185,8 @@ def rl_overrides(budget: Budget, arm: str, settings: dict[str, Any], *, lr: floa
     overrides = [o.replace("{teacher}", str(teacher)) for o in ARMS[arm]]
     overrides += [f"objective.args.{k}={v}" for k, v in settings.items() if k != "lr_scale"]
     lr = lr * settings.get("lr_scale", 1.0)
-    return [*base_overrides(budget), *overrides, f"skills.bank={bank}", f"train.lr={lr:.3g}", f"train.steps={steps}",
+    return [*base_overrides(budget, env_kwargs(RL_FAMILIES, first_decision=True)), *overrides, f"skills.bank={bank}",
+            f"train.lr={lr:.3g}", f"train.steps={steps}", f"train.warmup_steps={min(budget.warmup_steps, steps)}",
             f"rollout.tasks_per_step={budget.tasks_per_step}", f"rollout.group_size={budget.group_size}",
             "sampling.temperature=1.0", f"eval.every={every}", f"eval.episodes={budget.curve_games}",
             f"checkpoint.every={every}", f"seed={seed}", f"model={model}", f"out={out}"]
@@ -217,33 +229,13 @@ def with_skill(trajectory, skill_ids: list[str], bank, tokenizer):
                                id=t.id + "|skill")
 
 
-class AfterMistake:
-    """The environment, reset to just after one wrong exit in the first chamber (an off-expert history)."""
-
-    def __init__(self, env) -> None:
-        from agentkit.envs.registry import env_info
-
-        self.env, self.format = env, env_info(ENV_ID).action_format
-
-    def reset(self, *, seed=None, options=None):
-        _, info = self.env.reset(seed=seed, options=options)
-        self.wrong = next(a for a in info["admissible_actions"] if a not in info["expert_plan"])
-        obs, _, _, _, info = self.env.step(self.format.render(self.wrong))
-        return obs, info
-
-    def step(self, action):
-        return self.env.step(action)
-
-    def close(self) -> None:
-        self.env.close()
-
-
-def expert_games(tokenizer, *, families: str, split: str, seeds, budget: Budget) -> list:
+def expert_games(tokenizer, *, families: str | list[str], split: str, seeds, budget: Budget,
+                 first_decision: bool = False) -> list:
     from agentkit.rollout.demos import play_demonstration
     from agentkit.rollout.run import env_factory
 
-    env = env_factory(ENV_ID, split=split, max_turns=budget.max_turns,
-                      env_kwargs={"families": families, "dead_ends": DEAD_ENDS})()
+    kwargs = env_kwargs(families, first_decision=first_decision)
+    env = env_factory(ENV_ID, split=split, max_turns=kwargs.get("moves", budget.max_turns), env_kwargs=kwargs)()
     try:
         return [play_demonstration(env, tokenizer, env_id=ENV_ID, seed=s, split=split, model="expert",
                                    context="window", window=0) for s in seeds]
@@ -262,8 +254,7 @@ def write_jsonl(path: Path, rows) -> None:
 
 
 def sft(budget: Budget, *, model: Path, demos: Path, out: Path, steps: int, lr: float, families: str) -> Path:
-    cfg = load([*base_overrides(budget), f"env.kwargs={{families: {families}, dead_ends: {str(DEAD_ENDS).lower()}}}",
-                "objective.name=sft",
+    cfg = load([*base_overrides(budget, env_kwargs(families, first_decision=False)), "objective.name=sft",
                 f"train.lr={lr}", "train.demos_per_step=16", f"train.steps={steps}", "eval.every=0",
                 "eval.episodes=4", f"checkpoint.every={steps}", "seed=0", f"model={model}", f"train.demos={demos}",
                 f"out={out}"])
@@ -288,14 +279,15 @@ def prepare(budget: Budget, out: Path, times: dict[str, float]) -> None:
         write_jsonl(out / "demos.jsonl", [with_skill(g, [f"vaults.{g.task_type}"], bank, tokenizer)
                                           if rng.random() < budget.hinted_share else g for g in games])
     if not (out / "teacher-demos.jsonl").exists():  # the RL families' rules, never a wrong exit
-        games = expert_games(tokenizer, families=RL_FAMILIES, split="train", seeds=range(10**5, 10**5 + budget.teacher_demos),
+        games = expert_games(tokenizer, families=TEACHER_FAMILIES, split="train",
+                             seeds=range(10**5, 10**5 + budget.teacher_demos),
                              budget=budget)
         write_jsonl(out / "teacher-demos.jsonl", games)
     student = sft(budget, model=out / "model-init", demos=out / "demos.jsonl", out=out / "sft",
                   steps=budget.sft_steps, lr=budget.sft_lr, families="practice")
     # from the student: trained from scratch on 384 games a tiny model sometimes stalls before it learns the rules
     sft(budget, model=student, demos=out / "teacher-demos.jsonl", out=out / "teacher", steps=budget.teacher_steps,
-        lr=budget.sft_lr, families=RL_FAMILIES)
+        lr=budget.sft_lr, families=TEACHER_FAMILIES)
     times.setdefault("prepare", time.perf_counter() - started)
 
 
@@ -319,8 +311,8 @@ def play(budget: Budget, policy: Path, *, split: str, games: int, bank: Path | N
 
     won: dict[int, int] = {}
     cfg = EvalConfig.model_validate({
-        "episodes": games, "split": split, "env": {"id": ENV_ID, "kwargs": {"families": RL_FAMILIES, "dead_ends": DEAD_ENDS},
-                                                   "max_turns": budget.max_turns},
+        "episodes": games, "split": split, "env": {"id": ENV_ID, "kwargs": env_kwargs(RL_FAMILIES, first_decision=True),
+                                                   "max_turns": FIRST_DECISION["moves"]},
         "sampling": {"max_new_tokens": budget.max_new_tokens}, "context": {"mode": "window", "window": 0},
         "skills": {"bank": str(bank) if bank else None, "retrieval": "keyword", "k": 1}})
     cfg = cfg.model_copy(update={"env": resolve_env(cfg.env)})
@@ -351,7 +343,8 @@ def premise(budget: Budget, out: Path, times: dict[str, float]) -> None:
     bank = SkillBank.load(out / "bank.yaml")
     ids = [s.id for s in bank]
     rng = random.Random(1)
-    games = expert_games(tokenizer, families=RL_FAMILIES, split="dev", seeds=range(budget.premise_games), budget=budget)
+    games = expert_games(tokenizer, families=RL_FAMILIES, split="dev", seeds=range(budget.premise_games), budget=budget,
+                         first_decision=True)
     result: dict[str, Any] = {"games": len(games)}
     for name, path in (("student", student), ("teacher", teacher)):
         model = AutoModelForCausalLM.from_pretrained(path).eval()
@@ -375,43 +368,8 @@ def premise(budget: Budget, out: Path, times: dict[str, float]) -> None:
                       "student+skill": statistics.fmean(play(budget, student, split="dev", games=budget.premise_games,
                                                              bank=out / "bank.yaml")),
                       "teacher": statistics.fmean(play(budget, teacher, split="dev", games=budget.premise_games))}
-    result["after_mistake"] = {"student": after_mistake(budget, student, tokenizer),
-                               "teacher": after_mistake(budget, teacher, tokenizer)}
     (out / "premise.json").write_text(json.dumps(result, indent=1))
     times["premise"] = time.perf_counter() - started
-
-
-def after_mistake(budget: Budget, policy: Path, tokenizer) -> dict[str, float]:
-    """The policy's greedy action just after one wrong exit in the first chamber (a history no expert
-    game shows): shares that take the expert's way on (``go back`` from a dead end; the right exit
-    when exits are sealed) and that repeat the wrong exit."""
-    from agentkit.envs.vaults_env import parse_move
-    from agentkit.rollout.backend import SamplingParams
-    from agentkit.rollout.collector import resolve_sampling
-    from agentkit.rollout.context import format_observation, make_context
-    from agentkit.rollout.hf_backend import HFBackend
-    from agentkit.rollout.run import env_factory
-
-    backend = HFBackend(policy, seed=0)
-    env = AfterMistake(env_factory(ENV_ID, split="dev", max_turns=budget.max_turns,
-                                   env_kwargs={"families": RL_FAMILIES, "dead_ends": DEAD_ENDS})())
-    builder = make_context("window", tokenizer, env.format.instruction, 0)
-    prompts, wrong, right = [], [], []
-    try:
-        for seed in range(budget.premise_games):
-            obs, info = env.reset(seed=seed)
-            wrong.append(parse_move(env.wrong))
-            right.append(parse_move(info["expert_plan"][0]))  # `go back` from a dead end, else the right exit
-            state = builder.start(info["task"])
-            prompts.append(builder.next_turn(state, format_observation(obs, info, show_admissible=True, first=False)))
-        params = resolve_sampling(SamplingParams(temperature=0.0, max_new_tokens=budget.max_new_tokens), env.format)
-        moves = [parse_move(env.format.parser.parse(tokenizer.decode(g.token_ids, skip_special_tokens=True)) or "")
-                 for g in backend.generate(prompts, params)]
-    finally:
-        env.close()
-        backend.close()
-    return {"right": statistics.fmean(m == r for m, r in zip(moves, right, strict=True)),
-            "repeat": statistics.fmean(m == w for m, w in zip(moves, wrong, strict=True))}
 
 
 # ---------------------------------------------------------------- RL runs (one process each)
@@ -439,7 +397,9 @@ def train_and_test(out: Path, stage: str, name: str, budget: Budget) -> None:
               "curve": [{"step": r["step"], "success_rate": r["success_rate"]}
                         for r in NANO.read_jsonl(runs.eval_file(folder / "train"))],
               "diagnostics": {k: statistics.fmean(m[k] for m in metrics if k in m)
-                              for k in DIAGNOSTICS if any(k in m for m in metrics)}}
+                              for k in DIAGNOSTICS if any(k in m for m in metrics)},
+              "over_time": [{"step": m["step"], **{k: m[k] for k in OVER_TIME if k in m}} for m in metrics
+                            if any(k in m for k in OVER_TIME)]}
     if stage == "main":  # test games only here, after frozen.json
         final = runs.checkpoint_dir(folder / "train", spec["steps"])
         result["test"] = play(budget, final, split="test", games=budget.test_games)
@@ -563,6 +523,7 @@ def collect(args, budget: Budget, out: Path, times: dict[str, float]) -> dict[st
 
     return {"command": " ".join(["examples/vaults_bench/run.py", *sys.argv[1:]]), "quick": args.quick,
             "budget": dataclasses.asdict(budget), "seeds": args.seeds, "arms": args.only, "premise": read("premise.json"),
+            "setting": {"families": RL_FAMILIES, "episode": FIRST_DECISION},
             "pilot": read("pilot.json"), "sweep": read("sweep.json"), "frozen": read("frozen.json"),
             "main": [{**r, "behaviour": {"first": behaviour(p.parent / "train", 1),
                                          "last": behaviour(p.parent / "train", r["steps"])}}

@@ -110,9 +110,8 @@ def load_backend(kind: str, model_dir: Path, seed: int, vllm_args: dict):
 
 
 def reset_caches(backend) -> None:
-    """Drop vLLM's prefix cache so one side does not reuse the other's prefills."""
-    if backend.prefix_caching:  # only vLLM's engine keeps one (GenerationBackend.prefix_caching)
-        backend.llm.reset_prefix_cache()
+    """Drop the backend's prefix cache so one side does not reuse the other's prefills."""
+    backend.reset_prefix_cache()
 
 
 def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, context: str, seed: int,

@@ -111,8 +111,9 @@ class GenerationBackend(Protocol):
             back (vLLM built with ``enable_sleep_mode``); False: both do nothing.
         prefix_caching: a prompt whose start the backend has already read (a multi-turn episode's
             earlier turns) is prefilled from where that start ends (vLLM's automatic prefix
-            caching, on wherever the engine supports the model); False: every prompt is read from
-            its first token, or (a remote server) the cache is not ours to know.
+            caching, on wherever the engine supports the model; the transformers backend's kept
+            rows, ``hf_backend.PrefixCache``); False: every prompt is read from its first token,
+            or (a remote server) the cache is not ours to know.
     """
 
     tokenizer: Any
@@ -141,6 +142,11 @@ class GenerationBackend(Protocol):
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Undo ``sleep()`` (``tags``: only these parts, e.g. ["weights"]; a no-op unless ``can_sleep``)."""
+        ...
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every prefix read so far (a no-op unless ``prefix_caching``): the next prompts are
+        read from their first token (benchmarks comparing two runs on one backend)."""
         ...
 
     def close(self) -> None:

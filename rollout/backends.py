@@ -15,7 +15,7 @@ def make_backend(settings: BackendSettings, model_dir: Path, *, seed: int = 0):
     if isinstance(settings, HFBackendSettings):
         from agentkit.rollout.hf_backend import HFBackend
 
-        return HFBackend(model_dir, device=settings.device, seed=seed)
+        return HFBackend(model_dir, device=settings.device, seed=seed, prefix_cache_mb=settings.prefix_cache_mb)
     if isinstance(settings, VLLMBackendSettings):
         from agentkit.rollout.vllm_backend import VLLMBackend
 

@@ -3,12 +3,23 @@
 Our own decoding loop rather than ``model.generate``: it returns the logprob of each sampled token
 under the exact distribution it was drawn from (temperature, top-k and top-p applied), which
 ``generate`` does not expose, and it stops each row on its own stop tokens or strings.
+
+Prefix cache: after each ``generate`` the keys and values of every row (its prompt and response)
+are kept (``PrefixCache``); a later prompt that starts with a kept row's ids (the next turn of a
+chat-mode episode: the conversation so far, then the new observation) reads only its new tokens.
+The kept rows are dropped when the weights they were computed with change (checked on every call,
+so an in-place optimizer step on a shared module counts), and the oldest go first when they
+outgrow the memory budget. Reusing one only saves time: tokens and logprobs are those of a full
+prefill up to float rounding (``tests/test_prefix_cache.py``).
 """
 
 from __future__ import annotations
 
+import os
 import types
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -153,6 +164,79 @@ def sample_logprobs(logits: torch.Tensor, params: SamplingParams, generator: tor
     return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
 
 
+@dataclass
+class CachedRow:
+    """One row's keys and values: ``layers[l] = (keys, values)``, each [heads, len(tokens), head_dim]."""
+
+    tokens: list[int]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.layers)
+
+
+def default_prefix_cache_mb(device: str = "cpu") -> int:
+    """A quarter of the memory free now on ``device`` (host memory on Linux, else 1 GiB)."""
+    if device.startswith("cuda"):
+        return max(64, torch.cuda.mem_get_info(torch.device(device))[0] // 4 // 2**20)
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1024
+    return max(64, free // 4 // 2**20)
+
+
+class PrefixCache:
+    """Kept rows of earlier ``generate`` calls, oldest first, within ``budget_bytes``.
+
+    ``take(prompt)`` hands over (and forgets) the longest kept row whose ids start ``prompt``: each
+    episode's row is used by its next turn once, then that turn's row is kept in its place.
+    ``weights`` is the fingerprint of the weights the rows were computed with (``HFBackend``
+    clears the cache when it changes).
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self.rows: OrderedDict[int, CachedRow] = OrderedDict()
+        self.bytes = 0
+        self.weights: object = None
+        self._next = 0
+
+    def clear(self, weights: object = None) -> None:
+        self.rows.clear()
+        self.bytes, self.weights = 0, weights
+
+    def take(self, prompt: Sequence[int]) -> CachedRow | None:
+        best, best_key = None, None
+        n_prompt = len(prompt)
+        for key, row in self.rows.items():
+            n = len(row.tokens)
+            # a few cheap probes before comparing the whole prefix (responses differ near their end)
+            if n > n_prompt or (best is not None and n <= len(best.tokens)) or row.tokens[-1] != prompt[n - 1] \
+                    or row.tokens[n // 2] != prompt[n // 2]:
+                continue
+            if list(prompt[:n]) == row.tokens:
+                best, best_key = row, key
+        if best_key is not None:
+            del self.rows[best_key]
+            self.bytes -= best.nbytes
+        return best
+
+    def put(self, row: CachedRow) -> None:
+        if not row.tokens:
+            return
+        size = row.nbytes
+        if size > self.budget_bytes:
+            return
+        while self.rows and self.bytes + size > self.budget_bytes:
+            _, old = self.rows.popitem(last=False)
+            self.bytes -= old.nbytes
+        self.rows[self._next] = row
+        self._next += 1
+        self.bytes += size
+
+
 class HFBackend:
     """Sampling with a Hugging Face causal LM.
 
@@ -161,6 +245,8 @@ class HFBackend:
         tokenizer: required when ``model`` is a loaded model.
         device: "cpu" or "cuda".
         seed: seeds the sampler; the same seed and batches give the same samples.
+        prefix_cache_mb: memory for the prefix cache (the module's docstring); None: a quarter of
+            the memory free now; 0: off (every prompt is prefilled from its first token).
 
     A backend given a loaded model samples with that very module (training's weights, no copy:
     ``syncs_weights`` False); one given a folder holds its own copy, which ``sync_weights`` updates.
@@ -168,9 +254,9 @@ class HFBackend:
     """
 
     can_sleep = False
-    prefix_caching = False  # every generate prefills each prompt from its first token
 
-    def __init__(self, model, tokenizer=None, *, device: str = "cpu", seed: int = 0, name: str | None = None) -> None:
+    def __init__(self, model, tokenizer=None, *, device: str = "cpu", seed: int = 0, name: str | None = None,
+                 prefix_cache_mb: int | None = None) -> None:
         self.syncs_weights = isinstance(model, (str, Path))
         if isinstance(model, (str, Path)):
             self.name = name or str(model)
@@ -187,6 +273,17 @@ class HFBackend:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.stop_ids = {i for i in (self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
                          if isinstance(i, int) and i >= 0 and i != self.tokenizer.unk_token_id}
+        budget_mb = default_prefix_cache_mb(device) if prefix_cache_mb is None else prefix_cache_mb
+        if budget_mb < 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0 (0 turns the prefix cache off), got {prefix_cache_mb}")
+        self.prefix_caching = budget_mb > 0
+        self.cache = PrefixCache(budget_mb * 2**20)
+        self.prompt_tokens = 0  # prompt tokens asked for, and those the model read (the rest came from the cache)
+        self.prefilled_tokens = 0
+
+    def _weights(self) -> tuple[tuple[int, int], ...]:
+        """What identifies the weights now: each parameter's storage and in-place version counter."""
+        return tuple((p.data_ptr(), p._version) for p in self.model.parameters())
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
@@ -194,6 +291,7 @@ class HFBackend:
     def sync_weights(self, module) -> None:
         if module is not self.model:  # a shared module is already current
             self.model.load_state_dict(module.state_dict())
+        self.cache.clear()
 
     def sleep(self, level: int = 1) -> None:
         pass
@@ -201,8 +299,11 @@ class HFBackend:
     def wake_up(self, tags: list[str] | None = None) -> None:
         pass
 
+    def reset_prefix_cache(self) -> None:
+        self.cache.clear()
+
     def close(self) -> None:
-        pass
+        self.cache.clear()
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
@@ -215,19 +316,25 @@ class HFBackend:
         lengths = [len(p) for p in prompts]
         if min(lengths) == 0:
             raise ValueError("generate(): every prompt needs at least one token.")
-        width = max(lengths)
-        # left padding: every row's last prompt token sits in the last column
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
+        kept = self._kept_rows(prompts)
+        # columns: [kept keys and values (P) | fed prompt tokens (S)], every row right-aligned in both
+        # parts, so every row's last prompt token sits in the last column. A row feeds at least its
+        # last prompt token (its logits start the response); rows with nothing kept feed it all.
+        fed_width = max(1, *(len(p) - (len(k.tokens) if k else 0) for p, k in zip(prompts, kept, strict=True)))
+        use = [max(0, len(p) - fed_width) for p in prompts]  # kept tokens each row reads from its cache
+        past = max(use)
+        input_ids = torch.full((batch, fed_width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((batch, past + fed_width), dtype=torch.long)
         for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-            attention[row, width - len(prompt):] = 1
-        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)  # [B, W]
+            fed = prompt[use[row]:]
+            input_ids[row, fed_width - len(fed):] = torch.tensor(fed, dtype=torch.long)
+            attention[row, past - use[row]:past] = 1
+            attention[row, past + fed_width - len(fed):] = 1
+        positions = ((attention.cumsum(dim=1) - 1).clamp(min=0))[:, past:]  # [B, S]
+        self.prompt_tokens += sum(lengths)
+        self.prefilled_tokens += sum(lengths) - sum(use)
         input_ids, attention, positions = (t.to(self.device) for t in (input_ids, attention, positions))
-
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
+        cache = self._past(kept, use, past)
         tokens_out: list[list[int]] = [[] for _ in range(batch)]
         logprobs_out: list[list[float]] = [[] for _ in range(batch)]
         finish = ["length"] * batch
@@ -263,4 +370,45 @@ class HFBackend:
             step_ids = fed[:, None]
             step_pos = step_pos[:, -1:] + 1
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=attention.device)], dim=1)
+        self._keep(cache, prompts, tokens_out, past + fed_width)
         return [Generation(tokens_out[r], logprobs_out[r], finish[r]) for r in range(batch)]
+
+    # -- the prefix cache ---------------------------------------------------------------------------
+    def _kept_rows(self, prompts: Sequence[Sequence[int]]) -> list[CachedRow | None]:
+        """Each prompt's kept row (None: prefilled in full); rows of other weights are dropped first."""
+        if not self.prefix_caching:
+            return [None] * len(prompts)
+        weights = self._weights()
+        if weights != self.cache.weights:
+            self.cache.clear(weights)
+        return [self.cache.take(p) for p in prompts]
+
+    def _past(self, kept: list[CachedRow | None], use: list[int], past: int):
+        """A cache of ``past`` columns holding each row's first ``use[row]`` kept tokens, right-aligned."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        if not past:
+            return cache
+        template = next(k for k, n in zip(kept, use, strict=True) if k is not None and n)
+        for layer, (keys0, values0) in enumerate(template.layers):
+            heads, _, dim = keys0.shape
+            keys = keys0.new_zeros((len(kept), heads, past, dim))
+            values = values0.new_zeros((len(kept), values0.shape[0], past, values0.shape[2]))
+            for row, (k, n) in enumerate(zip(kept, use, strict=True)):
+                if n:
+                    keys[row, :, past - n:] = k.layers[layer][0][:, :n]
+                    values[row, :, past - n:] = k.layers[layer][1][:, :n]
+            cache.update(keys.to(self.device), values.to(self.device), layer)
+        return cache
+
+    def _keep(self, cache, prompts: Sequence[Sequence[int]], responses: list[list[int]], end: int) -> None:
+        """Keep each row's keys and values: its prompt and its response but the last token (never fed)."""
+        if not self.prefix_caching or any(layer.is_sliding for layer in cache.layers):
+            return
+        for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+            fed_response = max(0, len(response) - 1)
+            start, stop = end - len(prompt), end + fed_response
+            self.cache.put(CachedRow(list(prompt) + response[:fed_response],
+                                     [(layer.keys[row, :, start:stop].clone(), layer.values[row, :, start:stop].clone())
+                                      for layer in cache.layers]))

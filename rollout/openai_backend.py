@@ -579,6 +579,9 @@ class OpenAIBackend:
         raise ConfigError(f"{self.name}: a server's weights cannot be updated from here (syncs_weights is False); "
                           "train with the hf or vllm backend.")
 
+    def reset_prefix_cache(self) -> None:
+        pass  # the server's cache, if it has one, is not ours to reset
+
     def sleep(self, level: int = 1) -> None:
         pass  # the server's memory is not ours to free
 

@@ -275,6 +275,9 @@ class VLLMBackend:
         return self._ipc
 
     # -- sharing the accelerator ----------------------------------------------------------------
+    def reset_prefix_cache(self) -> None:
+        self.llm.reset_prefix_cache()
+
     def sleep(self, level: int = 1) -> None:
         """Free the engine's memory while the trainer runs (level 1: weights to CPU, KV cache
         dropped; level 2: both dropped — use it when ``sync_weights`` follows the wake-up). A no-op

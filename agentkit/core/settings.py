@@ -129,6 +129,11 @@ class HFBackendSettings(Settings):
                                             "after every update), openai (an OpenAI-compatible server at --base-url; "
                                             "--model is the folder with its tokenizer; not for training).")
     device: str = Field("cpu", description="Torch device of the transformers backend.")
+    prefix_cache_mb: int | None = Field(None, ge=0, json_schema_extra=flag("--prefix-cache-mb") | RUNTIME,
+                                        description="Memory (MiB) for the transformers backend's prefix cache: each "
+                                                    "row's keys and values are kept, and a later prompt that starts "
+                                                    "with them (a chat episode's next turn) reads only its new tokens. "
+                                                    "Default: a quarter of the memory free at start; 0 turns it off.")
 
 
 class VLLMBackendSettings(Settings):

@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
 
     hf_logging.set_verbosity_error()
     import torch
+
     from agentkit.models import ensure_default_model
 
     model_dir = Path(args.model) if args.model else ensure_default_model()

@@ -228,10 +228,10 @@ def _setting(values: dict[str, Any], key: str) -> Any:
 
 def _resume_differences(cfg: TrainConfig, saved: TrainConfig, given: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The settings ``given`` for a resume that differ from the run's: (conflicts: what the run computes,
-    refused; ignored: how it is carried out, ``Setting.runtime``). A dict setting (``env.kwargs``)
-    differs where a key given differs."""
+    refused; runtime: how it is carried out, ``Setting.runtime``, applied to this invocation: their
+    dotted keys). A dict setting (``env.kwargs``) differs where a key given differs."""
     rows = {row.key: row for row in settings_of(TrainConfig)}
-    conflicts, ignored = [], []
+    conflicts, runtime = [], []
     command_values, run_values = cfg.model_dump(), saved.model_dump()
     for key in sorted(given):
         if key in ("train.steps", "out"):
@@ -246,13 +246,28 @@ def _resume_differences(cfg: TrainConfig, saved: TrainConfig, given: dict[str, A
             differs = ours != theirs
         if not differs:
             continue
-        name = f"{row.flag} ({key})" if row is not None and row.key == key else key
         if row is not None and row.runtime:
-            ignored.append(name)
+            runtime.append(row.key)
         else:
+            name = f"{row.flag} ({key})" if row is not None and row.key == key else key
             shown = "(not set)" if theirs is _MISSING else repr(theirs)
             conflicts.append(f"{name} is {shown} in the run but {ours!r} in this command")
-    return conflicts, ignored
+    return conflicts, runtime
+
+
+def _with_runtime(saved: TrainConfig, cfg: TrainConfig, keys: list[str]) -> tuple[TrainConfig, list[str]]:
+    """``saved`` with the command's value of each runtime setting in ``keys``, and how each is named."""
+    values, command_values = saved.model_dump(), cfg.model_dump()
+    rows = {row.key: row for row in settings_of(TrainConfig)}
+    named = []
+    for key in keys:
+        *parents, last = key.split(".")
+        target = values
+        for part in parents:
+            target = target[part]
+        target[last] = _setting(command_values, key)
+        named.append(f"{rows[key].flag or key} ({key}) = {target[last]!r}")
+    return TrainConfig.model_validate(values), named
 
 
 def check_packages(cfg: TrainConfig) -> None:
@@ -297,14 +312,15 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         # only the length of the run may change on resume: from the command line when --steps was
         # given (``given`` lists what was); from a config built in Python (``given`` None) always
         given = {"train.steps": cfg.train.steps} if given is None else dict(given)
-        conflicts, ignored = _resume_differences(cfg, original, given)
+        conflicts, runtime = _resume_differences(cfg, original, given)
         if conflicts:
             raise ConfigError(f"--resume: {run_dir} was started with other settings than this command gives: "
                               + "; ".join(conflicts) + f". Drop them to continue the run as it was ({saved}), or start "
                               "a new run in another --out. Nothing was changed.")
-        if ignored:
-            print(f"--resume: {run_dir} continues with its saved settings ({saved}); ignored: "
-                  + ", ".join(ignored), file=sys.stderr)
+        if runtime:  # how the run is carried out: this invocation's, never written to config.yaml
+            named = _with_runtime(original, cfg, runtime)[1]
+            print(f"--resume: {run_dir} continues with its saved settings ({saved}); for this invocation: "
+                  + ", ".join(named), file=sys.stderr)
         last = steps[-1] if steps else 0
         wanted = cfg.train.steps if "train.steps" in given else original.train.steps
         if steps and last >= wanted:  # nothing is loaded, trained or written: not even the new length
@@ -314,7 +330,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
         if "train.steps" in given and cfg.train.steps != original.train.steps:
             original = original.model_copy(update={"train": original.train.model_copy(update={"steps": cfg.train.steps})})
             _write_atomic(saved, dump_config(original))  # the new length holds for a later --resume too
-        cfg = original
+        cfg = _with_runtime(original, cfg, runtime)[0] if runtime else original
         _drop_lost_steps(run_dir, last, keep_trajectories=cfg.async_rl.enabled)
         if not steps:  # stopped before its first checkpoint: the same run again from its initial model
             for name in (runs.METRICS, runs.EVAL):

@@ -126,5 +126,5 @@ def test_resume_refuses_each_setting_that_changes_the_run(run, tiny_model_dir, t
     assert main(_resume(run, "--steps", "3", "--seed", "0", "--group-size", "2", "--model", str(same_model),
                         "--env-workers", "2", "--checkpoint-every", "2")) == 0
     err = capsys.readouterr().err
-    assert "ignored: --checkpoint-every (checkpoint.every), --env-workers (env.workers)" in err, err
+    assert "for this invocation: --checkpoint-every (checkpoint.every) = 2, --env-workers (env.workers) = 2" in err, err
     assert _steps(run) == [1, 2, 3]

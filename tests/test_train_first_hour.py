@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from agentkit.checkpoint import checkpoints
 from agentkit.envs import register
 
 from agentkit.cli import main
@@ -71,24 +72,27 @@ def test_resume_keeps_the_run_length_and_names_what_it_ignores(tmp_path, capsys)
     run = tmp_path / "run"
     assert main(["train", *SMALL, "--steps", "1", "--out", str(run)]) == 0
     capsys.readouterr()
-    # another --lr would change the run: refused, naming it; --env-workers only changes how it runs: ignored
+    # another --lr would change the run: refused, naming it; --env-workers only changes how it runs: applied
     assert main(["train", "--out", str(run), "--resume", "--lr", "0.5", "--quiet"]) == 2
     assert "--lr (train.lr) is 0.0003 in the run but 0.5 in this command" in capsys.readouterr().err
     # no --steps: the saved run length (1), not the default 20
     assert main(["train", "--out", str(run), "--resume", "--env-workers", "1", "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert "ignored: --env-workers (env.workers)" in err
+    assert "for this invocation: --env-workers (env.workers) = 1" in err
     assert _steps(run) == [1]
-    assert main(["train", "--out", str(run), "--resume", "--steps", "2", "--quiet"]) == 0
-    assert _steps(run) == [1, 2]
+    # a runtime setting given on resume is applied: checkpoints every 2 steps (and the last) from here
+    assert main(["train", "--out", str(run), "--resume", "--steps", "4", "--checkpoint-every", "2", "--quiet"]) == 0
+    assert "--checkpoint-every (checkpoint.every) = 2" in capsys.readouterr().err
+    assert _steps(run) == [1, 2, 3, 4] and checkpoints(run) == [2, 4]  # the saved every 5 would keep 1 and 4
     saved = (run / "config.yaml").read_text()
-    assert "lr: 0.0003" in saved and "steps: 2" in saved  # the new length is the run's now; lr stays its own
+    assert "lr: 0.0003" in saved and "steps: 4" in saved  # the new length is the run's now; lr stays its own
+    assert "every: 2" not in saved  # a runtime setting holds for its invocation only
     capsys.readouterr()
     files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(run.rglob("*")) if p.is_file()}
     # a finished run: nothing to do, and nothing changes, not even the saved length when --steps is shorter
     for shorter in ([], ["--steps", "1"]):
         assert main(["train", "--out", str(run), "--resume", "--quiet", *shorter]) == 0
-        assert "already has 2 steps (checkpoint step-2); nothing to do, nothing changed" in capsys.readouterr().err
+        assert "already has 4 steps (checkpoint step-4); nothing to do, nothing changed" in capsys.readouterr().err
         assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(run.rglob("*")) if p.is_file()} == files
 
 

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from agentkit.checkpoint import checkpoints
 from agentkit.envs import register
 
+from agentkit.checkpoint import checkpoints
 from agentkit.cli import main
 
 SMALL = ["--env", "vaults/vaults-v0", "--tasks-per-step", "1", "--group-size", "2", "--eval-episodes", "1",

@@ -68,7 +68,7 @@ def test_a_folder_that_never_finished_a_step_is_started_anew(tmp_path, capsys):
     assert "at the end (step 1)" in captured.out and "checkpoint:" in captured.out
 
 
-def test_resume_keeps_the_run_length_and_names_what_it_ignores(tmp_path, capsys):
+def test_resume_keeps_the_run_length_and_applies_the_runtime_settings_given(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", *SMALL, "--steps", "1", "--out", str(run)]) == 0
     capsys.readouterr()

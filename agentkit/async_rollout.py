@@ -48,6 +48,7 @@ from agentkit.core import runs
 from agentkit.core.errors import ConfigError, EnvError, GeneratorError
 from agentkit.core.faults import fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
+from agentkit.core.trajectory import episode_id
 from agentkit.lora import trainable_state
 from agentkit.rollout.workers import die_with_parent
 
@@ -156,10 +157,10 @@ def _generator_main(cfg_json: str, run_dir: str, model_dir: str, first_step: int
 
 def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weights, version, lock, stop,
           threads: int) -> None:
-    from agentkit.rollout import EpisodeSpec
-    from agentkit.rollout.hf_backend import HFBackend, load_tokenizer
+    from agentkit.episodes import episode_specs, sampling_seed, step_tasks
+    from agentkit.policy import engine_sync, load_policy, policy_backend
+    from agentkit.rollout.hf_backend import load_tokenizer
     from agentkit.rollout.run import make_collector, make_envs, sampling_params
-    from agentkit.train import engine_model, engine_sync, load_policy
     from agentkit.train_config import TrainConfig
 
     torch.set_num_threads(threads)
@@ -171,13 +172,9 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
     from agentkit.models import ensure_default_model, resolve_model_dir
 
     name = str(resolve_model_dir(cfg.model) if cfg.model else ensure_default_model())
-    if cfg.backend.kind == "vllm":  # an engine of this process's own, fed from the local copy
-        from agentkit.rollout.vllm_backend import VLLMBackend
-
-        backend = VLLMBackend(engine_model(model_dir, cfg.train, resumed=first_step > 0), tokenizer, seed=cfg.seed,
-                              name=name, lora_rank=cfg.train.lora.rank, **cfg.backend.args)
-    else:
-        backend = HFBackend(model, tokenizer, seed=cfg.seed, name=name)
+    # the local copy itself, or an engine of this process's own fed from it (newest_weights)
+    backend = policy_backend(cfg.backend, module=model, folder=model_dir, train=cfg.train, resumed=first_step > 0,
+                             tokenizer=tokenizer, seed=cfg.seed, name=name)
 
     def newest_weights() -> int:
         """Called before each generate call: copy in the newest weights if there are newer ones."""
@@ -186,11 +183,12 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
             with lock, torch.no_grad():
                 model.load_state_dict(weights, strict=not cfg.train.lora.rank)  # LoRA: the adapter's tensors
                 loaded = version.value
-            if backend.syncs_weights:  # vLLM: from the local copy into the engine
+            if backend.syncs_weights:  # from the local copy into the engine
                 engine_sync(backend, model, cfg.train)
         return loaded
 
     envs = make_envs(cfg.env, "train")
+    skills = _SkillsAsSaved(cfg, run_dir)
     errors_in_a_row = 0
     try:
         for step in range(first_step, cfg.train.steps):
@@ -205,16 +203,13 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
             waited = time.perf_counter() - waited
             part = path.with_name(path.name + ".part")
             done = {t.id for t in read_complete_lines(part)[0]} if part.exists() else set()
-            first_task = step * cfg.rollout.tasks_per_step
-            specs = [EpisodeSpec(task, k) for task in range(first_task, first_task + cfg.rollout.tasks_per_step)
-                     for k in range(cfg.rollout.group_size)]
-            sampling_seed = cfg.seed * 1_000_003 + step
+            seed = sampling_seed(cfg.seed, step)
             collector = make_collector(backend, envs, env=cfg.env, split="train",
-                                       sampling=sampling_params(cfg.sampling, sampling_seed), context=cfg.context,
-                                       skills=_skill_selector(cfg, run_dir, sampling_seed),
-                                       consecutive_errors=errors_in_a_row, policy_version=newest_weights)
-            group = f"{cfg.env.id}|train|"
-            todo = [s for s in specs if f"{group}{s.seed}|{s.sample}" not in done]
+                                       sampling=sampling_params(cfg.sampling, seed), context=cfg.context,
+                                       skills=skills.selector(seed), consecutive_errors=errors_in_a_row,
+                                       policy_version=newest_weights)
+            todo = [s for s in episode_specs(cfg.rollout, step_tasks(cfg.rollout, step))
+                    if episode_id(cfg.env.id, "train", s.seed, s.sample) not in done]
             started = time.perf_counter()
             with TrajectoryWriter(part, mode="append") as writer:
 
@@ -234,18 +229,28 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
         envs.close()
 
 
-def _skill_selector(cfg, run_dir: Path, seed: int) -> Any:
-    """The skills each episode sees, from the run's bank as the trainer last saved it (None when the
-    objective retrieves none)."""
-    from agentkit.objectives import make_objective
+class _SkillsAsSaved:
+    """The skills each episode sees, from the run's bank as the trainer last saved it (none when the
+    run retrieves none): the bank is read again for every step, the rest once."""
 
-    needs = make_objective(cfg.objective.name, cfg.objective.args).requirements()
-    if not (needs.uses_skills or cfg.skills.bank):
-        return None
-    from agentkit.skillbank import SkillBank, SkillSelector, make_retriever
-    from agentkit.train import load_skill_bank
+    def __init__(self, cfg, run_dir: Path) -> None:
+        from agentkit.episodes import uses_skills
 
-    saved = run_dir / "skillbank.yaml"
-    bank = SkillBank.load(saved) if saved.exists() else load_skill_bank(cfg, run_dir, None)
-    return SkillSelector(bank, make_retriever(cfg.skills.retrieval, cfg.skills.args), cfg.skills.k,
-                         env_id=cfg.env.id, seed=seed, show_policy=needs.policy_sees_skills)
+        self.cfg, self.run_dir = cfg, run_dir
+        needs = cfg.objective.requirements()
+        self.used, self.sees = uses_skills(cfg, needs), needs.policy_sees_skills
+        self.retriever = None
+        if self.used:
+            from agentkit.skillbank import make_retriever
+
+            self.retriever = make_retriever(cfg.skills.retrieval, cfg.skills.args)
+
+    def selector(self, seed: int) -> Any:
+        if not self.used:
+            return None
+        from agentkit.episodes import load_skill_bank, skill_selector
+        from agentkit.skillbank import SkillBank
+
+        saved = runs.skill_bank_file(self.run_dir)
+        bank = SkillBank.load(saved) if saved.exists() else load_skill_bank(self.cfg, self.run_dir, None)
+        return skill_selector(self.cfg, bank, self.retriever, seed, sees=self.sees)

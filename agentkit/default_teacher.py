@@ -175,9 +175,10 @@ def _fine_tune(model_dir: Path, demos: Path, out: Path) -> None:
     from agentkit.core.jsonl import read_trajectories
     from agentkit.distributed import SingleProcess
     from agentkit.objectives import make_objective
+    from agentkit.policy import load_policy
     from agentkit.rollout.hf_backend import load_tokenizer
-    from agentkit.train import load_policy, update
     from agentkit.train_config import TrainSection
+    from agentkit.update import update
 
     train = TrainSection(steps=RECIPE.steps, lr=RECIPE.lr, warmup_steps=RECIPE.warmup_steps,
                          demos_per_step=RECIPE.demos_per_step)
@@ -203,10 +204,9 @@ def with_run_defaults(cfg, *, notice: Callable[[str], None] = _notice):
     that distills from a separate model, the default teacher of the environment) and, for one that
     trains on demonstrations, the default demonstrations. The config.yaml of the run records both."""
     from agentkit.models import ensure_default_model, resolve_model_dir
-    from agentkit.objectives import make_objective
     from agentkit.scoring import choose_teacher, resolve_teacher_spec
 
-    needs = make_objective(cfg.objective.name, cfg.objective.args).requirements()
+    needs = cfg.objective.requirements()
 
     def student() -> Path:
         return resolve_model_dir(cfg.model) if cfg.model else ensure_default_model()

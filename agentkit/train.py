@@ -1,11 +1,12 @@
-"""The training loop: one explicit loop, read top to bottom, each phase a function of this file.
+"""The training loop: one explicit loop, read top to bottom, each phase a function of this file (the
+update's in ``agentkit.update``, which the default teacher's fine-tuning runs too).
 
     setup, then for step:
         collect     rollouts (or this step's demonstrations; async: the step file the generator
                     process wrote, ``agentkit.async_rollout``)
         score       the teacher and the judge (no gradients), the skills' credit for UCB,
                     objective.prepare -> token batch, reference logprobs
-        update      minibatch updates with a token budget per micro-batch
+        update      minibatch updates with a token budget per micro-batch (``agentkit.update``)
         sync        weights to the generation backend (async: published to the generator)
         evaluate    periodic greedy evaluation
         checkpoint  atomic checkpoint of weights, optimizer, RNG and loop state
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import random
 import shlex
@@ -74,18 +74,28 @@ from agentkit.core.errors import (
     no_space,
 )
 from agentkit.core.evalstats import paired_difference
-from agentkit.core.faults import fault_active, fault_point
+from agentkit.core.faults import fault_point
 from agentkit.core.jsonl import TrajectoryWriter, append_whole, read_records, read_trajectories
-from agentkit.core.model_files import adapter_base
-from agentkit.core.settings import GenerationSettings
+from agentkit.core.settings import GenerationSettings, HFBackendSettings
 from agentkit.core.trajectory import Trajectory
-from agentkit.lora import BaseView, MergedWeights, add_adapter, check_peft, resume_adapter
-from agentkit.objectives import Capabilities, make_objective, policy_logprobs
+from agentkit.episodes import (
+    episode_specs,
+    load_skill_bank,
+    run_tasks,
+    sampling_seed,
+    skill_selector,
+    step_tasks,
+    uses_skills,
+)
+from agentkit.lora import BaseView, check_peft
+from agentkit.objectives import Capabilities, policy_logprobs
 from agentkit.objectives.common import off_policy_correction
+from agentkit.policy import engine_sync, load_policy, policy_backend, samples_policy_itself
 from agentkit.rollout import EpisodeSpec
+from agentkit.rollout.backends import backend_kind
 from agentkit.rollout.collector import RolloutStats
 from agentkit.rollout.export import read_source
-from agentkit.rollout.hf_backend import PRECISIONS, HFBackend, load_causal_lm, load_tokenizer, mixed_precision
+from agentkit.rollout.hf_backend import PRECISIONS, load_causal_lm, load_tokenizer
 from agentkit.rollout.report import eval_report
 from agentkit.rollout.run import (
     capped_episodes,
@@ -100,7 +110,8 @@ from agentkit.scoring import build_teacher_and_judge, resolve_teacher_spec, scor
 from agentkit.signals import episode_signals
 from agentkit.skill_credit import skill_credits
 from agentkit.trackers import Trackers, check_installed, open_trackers
-from agentkit.train_config import TrainConfig, TrainSection, dump_config, load_config
+from agentkit.train_config import TrainConfig, dump_config, load_config
+from agentkit.update import step_lr, update
 from agentkit.watch import Watch, signal_share
 
 
@@ -189,23 +200,6 @@ def resolve_defaults(cfg: TrainConfig) -> TrainConfig:
         update={"split": cfg.eval.split or held_out_split(env.id)})})
 
 
-def load_skill_bank(cfg: TrainConfig, run_dir: Path, saved: dict[str, Any] | None):
-    """The run's skill bank: the checkpoint's copy on resume, else the configured (or starter) bank.
-    The run keeps its own copy at RUN_DIR/skillbank.yaml; the source file is never modified."""
-    from agentkit.skillbank import Skill, SkillBank, default_bank_for, resolve_bank
-
-    if saved is not None:
-        return SkillBank([Skill.model_validate(s) for s in saved["skills"]], episodes=saved["episodes"],
-                         path=run_dir / "skillbank.yaml")
-    name = cfg.skills.bank or default_bank_for(cfg.env.id)
-    if name is None:
-        raise ConfigError(f"objective {cfg.objective.name!r} retrieves skills, and there is no starter bank for "
-                          f"{cfg.env.id}: pass --skills BANK (a JSON or YAML skill bank).")
-    bank = SkillBank.load(resolve_bank(name))
-    bank.path = run_dir / "skillbank.yaml"
-    return bank
-
-
 def _never_started(run_dir: Path) -> bool:
     """A run folder that holds no finished step: no checkpoint and no metrics line (it failed
     before its first step); starting a run there again loses nothing."""
@@ -276,10 +270,7 @@ def check_packages(cfg: TrainConfig) -> None:
     vLLM for ``--backend vllm``."""
     check_installed(cfg.log.report_to)
     check_peft(cfg.train.lora)
-    if cfg.backend.kind == "vllm":
-        from agentkit.rollout.vllm_backend import check_vllm
-
-        check_vllm()
+    backend_kind(cfg.backend).check_installed()
 
 
 def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = None) -> tuple[TrainConfig, Path, int | None]:
@@ -360,7 +351,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
 
     cfg = with_run_defaults(cfg)  # the teacher and demonstrations the objective needs, built on first use
     if not cfg.train.demos:  # the run's training tasks, made now where they are made on first use
-        check_env_settings(cfg.env, "train", range(cfg.train.steps * cfg.rollout.tasks_per_step))
+        check_env_settings(cfg.env, "train", run_tasks(cfg.rollout, cfg.train.steps))
     if run_dir.exists() and any(run_dir.iterdir()):
         print(f"{run_dir}: an earlier run there stopped before its first step; starting anew in it.", file=sys.stderr)
         _drop_lost_steps(run_dir, 0)
@@ -404,12 +395,12 @@ class Run:
     trackers: Trackers = field(default_factory=Trackers)  # log.report_to (the main process's; none elsewhere)
 
     def skill_selector(self, seed: int, *, sees: bool):
-        if self.bank is None:
-            return None
-        from agentkit.skillbank import SkillSelector
+        return skill_selector(self.cfg, self.bank, self.retriever, seed, sees=sees)
 
-        return SkillSelector(self.bank, self.retriever, self.cfg.skills.k, env_id=self.cfg.env.id, seed=seed,
-                             show_policy=sees)
+    @property
+    def sleeps_during_updates(self) -> bool:
+        """The backend's memory is freed for each update (``sleep``) and taken back before the sync."""
+        return self.backend.can_sleep and self.cfg.backend.sleep_during_updates
 
     def close(self) -> None:
         self.trackers.close()
@@ -507,11 +498,11 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
     start = runs.checkpoint_dir(run_dir, resume_step) if resume_step is not None else base_model
     tokenizer = load_tokenizer(start)
     policy = load_policy(start, cfg.train, resumed=resume_step is not None, device=ranks.device)
-    objective = make_objective(cfg.objective.name, cfg.objective.args)
+    objective = cfg.objective.build()
     needs = objective.requirements()
     saved_state = json.loads((start / "state.json").read_text()) if resume_step is not None else {}
     bank = retriever = None
-    if needs.uses_skills or cfg.skills.bank:
+    if uses_skills(cfg, needs):
         from agentkit.skillbank import make_retriever
 
         bank = load_skill_bank(cfg, run_dir, saved_state.get("skillbank"))
@@ -536,15 +527,14 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
             if ranks.is_main:  # the main process writes the run's files
                 _truncate_jsonl(run_dir / name, first_step)
     model, optimizer, sampler = ranks.prepare(policy, optimizer)
-    if cfg.backend.kind == "vllm" and not cfg.async_rl.enabled:  # an engine of its own: weights synced after every update
-        from agentkit.rollout.vllm_backend import VLLMBackend
-
-        backend = VLLMBackend(engine_model(start, cfg.train, resumed=resume_step is not None), tokenizer, seed=cfg.seed,
-                              name=str(base_model), lora_rank=cfg.train.lora.rank, **cfg.backend.args)
-        if cfg.train.lora.rank:  # the engine holds the base: the adapter (a resumed run's) goes to it now
-            engine_sync(backend, sampler, cfg.train)
-    else:  # the backend samples with the very module being trained: syncing weights is free here
-        backend = HFBackend(sampler, tokenizer, seed=cfg.seed, name=str(base_model), device=str(ranks.device))
+    # an async run's generator process holds the configured backend: its trainer evaluates with the
+    # trained module itself; else an engine of its own gets the weights after every update (or the
+    # backend samples with the very module being trained: syncing weights is free)
+    sampling = HFBackendSettings() if cfg.async_rl.enabled else cfg.backend
+    backend = policy_backend(sampling, module=sampler, folder=start, train=cfg.train, resumed=resume_step is not None,
+                             tokenizer=tokenizer, seed=cfg.seed, name=str(base_model), device=str(ranks.device))
+    if backend.syncs_weights and cfg.train.lora.rank:  # the engine holds the base: the adapter (a resumed run's) goes to it now
+        engine_sync(backend, sampler, cfg.train)
     demos = read_source(cfg.train.demos) if needs.uses_demonstrations else None
     if demos is not None:
         _check_token_ids(demos, len(tokenizer), cfg.train.demos)
@@ -555,7 +545,8 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
 
         generator = Generator(cfg, run_dir, start, policy, first_step)
     old_from = cfg.train.old_logprobs
-    trainer_old = old_from == "trainer" or (old_from == "auto" and (cfg.backend.kind != "hf" or cfg.async_rl.enabled
+    trainer_old = old_from == "trainer" or (old_from == "auto" and (not samples_policy_itself(cfg.backend)
+                                                                    or cfg.async_rl.enabled
                                                                     or cfg.train.precision != "fp32"))
     trackers = Trackers()  # only the main process reports
     if ranks.is_main:
@@ -569,47 +560,6 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
                first_step=first_step, bad_update_streak=saved_state.get("bad_update_streak", 0),
                env_error_streak=saved_state.get("env_error_streak", 0), generator=generator,
                trainer_old_logprobs=trainer_old, trackers=trackers)
-
-
-def load_policy(path: Path, train: TrainSection, *, resumed: bool = False, device: torch.device | str = "cpu"):
-    """The trained policy from ``path``: fp32 weights, or with ``train.lora`` a frozen base (bf16
-    under ``train.precision`` bf16) with a new LoRA adapter in fp32, or, ``resumed`` from a LoRA
-    run's checkpoint, the adapter saved there. Then ``train.precision``'s autocast and, if set,
-    gradient checkpointing (active in training mode only; sampling keeps its KV cache). On ``device``,
-    before an optimizer holds its parameters."""
-    base_dtype = PRECISIONS[train.precision] if train.lora.rank else torch.float32
-    if resumed and (base := adapter_base(path)) is not None:
-        policy = resume_adapter(path, load_causal_lm(base, dtype=base_dtype))
-    else:  # a folder holding an adapter loads merged: a new adapter then trains on top of it
-        policy = load_causal_lm(path, dtype=base_dtype)
-        if train.lora.rank:
-            policy = add_adapter(policy, train.lora, path)
-    policy = mixed_precision(policy.to(device), train.precision)
-    if train.gradient_checkpointing:
-        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return policy
-
-
-def engine_model(start: Path, train: TrainSection, *, resumed: bool) -> Path:
-    """The folder a vLLM engine loads: ``start``, but for a resumed LoRA run the adapter's base (the
-    adapter itself then reaches the engine through ``engine_sync``)."""
-    base = adapter_base(start) if train.lora.rank and resumed else None
-    return base or start
-
-
-def engine_sync(backend, module, train: TrainSection):
-    """Send ``module``'s current weights to a vLLM engine; what the engine now serves, for
-    ``sync_error``. A LoRA policy's adapter goes as a LoRA request (``lora_sync: adapter``, the
-    default), or merged into the engine's weights (``merged``)."""
-    if not train.lora.rank:
-        backend.sync_weights(module)
-        return module
-    if backend.lora_sync == "adapter":
-        backend.sync_adapter(module)
-        return module
-    merged = MergedWeights(module)
-    backend.sync_weights(merged)
-    return merged
 
 
 def _check_token_ids(trajectories: list, vocab_size: int, path: str) -> None:
@@ -641,13 +591,11 @@ def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats
             stats.add(t)
         _check_played(trajectories, path, cfg, step)
         return trajectories, stats
-    first_task = step * cfg.rollout.tasks_per_step
-    tasks = ranks.shard(range(first_task, first_task + cfg.rollout.tasks_per_step))  # whole groups
-    specs = [EpisodeSpec(task, k) for task in tasks for k in range(cfg.rollout.group_size)]
-    sampling_seed = cfg.seed * 1_000_003 + step
+    specs = episode_specs(cfg.rollout, ranks.shard(step_tasks(cfg.rollout, step)))  # this rank's share: whole groups
+    seed = sampling_seed(cfg.seed, step)
     collector = make_collector(run.backend, run.train_envs, env=cfg.env, split="train",
-                               sampling=sampling_params(cfg.sampling, sampling_seed), context=cfg.context,
-                               skills=run.skill_selector(sampling_seed, sees=run.needs.policy_sees_skills),
+                               sampling=sampling_params(cfg.sampling, seed), context=cfg.context,
+                               skills=run.skill_selector(seed, sees=run.needs.policy_sees_skills),
                                consecutive_errors=run.env_error_streak, policy_version=lambda: step)
     path = runs.trajectory_file(run.run_dir, step + 1)
     with TrajectoryWriter(path, mode="overwrite") if ranks.is_main else contextlib.nullcontext() as writer:
@@ -660,6 +608,7 @@ def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats
             fault_point("rollout", step + 1)  # tests: killed with part of the step written
 
         stats = collector.run(specs, keep)
+        run.backend.reset_prefix_cache()  # the step's episodes are over: kept rows would only hold memory
         run.env_error_streak = collector.consecutive_errors
         trajectories, stats = ranks.gather(played, stats)  # every rank's episodes
         mine = {t.id for t in played}
@@ -737,74 +686,6 @@ def staleness(trajectories: list, step: int) -> dict[str, float]:
     return {"staleness_mean": sum(lags) / len(lags), "staleness_max": float(max(lags)), **shares}
 
 
-@dataclass
-class UpdateStats:
-    """What the updates of one step did."""
-
-    losses: list[float] = field(default_factory=list)
-    grad_norms: list[float] = field(default_factory=list)
-    objective_metrics: dict[str, float] = field(default_factory=dict)
-    skipped: int = 0  # updates whose loss or gradient was NaN/inf (never applied)
-    bad_streak: int = 0  # such updates in a row, carried across steps
-
-
-def step_lr(train: TrainSection, step: int) -> float:
-    """The lr of training step ``step`` (from 0): linear warmup over ``train.warmup_steps``, then ``train.lr``."""
-    return train.lr * min(1.0, (step + 1) / train.warmup_steps) if train.warmup_steps else train.lr
-
-
-def update(model, optimizer, objective, batch, *, train: TrainSection, ranks, rng: random.Random,
-           needs_support: bool, bad_streak: int = 0, step: int = 0) -> UpdateStats:
-    """``train.epochs`` passes of ``train.minibatches`` optimizer steps over ``batch`` (split by
-    episode), micro-batches of ``train.micro_batch_tokens`` padded tokens. A NaN/inf loss or
-    gradient skips its update. ``benchmarks/train_step.py`` times this very function."""
-    stats = UpdateStats(bad_streak=bad_streak)
-    for group in optimizer.param_groups:
-        group["lr"] = step_lr(train, step)
-    # tests: a NaN loss, or a finite loss with an overflowed gradient, as a diverging run gets
-    nan_fault, inf_grad_fault = fault_active("loss.nan", step + 1), fault_active("grad.inf", step + 1)
-    episodes = torch.unique(batch.episode_index).tolist()
-    for _ in range(train.epochs):
-        order = episodes[:]
-        rng.shuffle(order)
-        for chunk in range(train.minibatches):
-            chosen = set(order[chunk::train.minibatches])
-            rows = [r for r in range(batch.num_rows) if int(batch.episode_index[r]) in chosen]
-            minibatch = batch.rows(rows).with_normalizers()
-            optimizer.zero_grad(set_to_none=True)
-            total = 0.0
-            for micro in ranks.micro_batches(model, minibatch, train.micro_batch_tokens):  # this rank's share
-                if needs_support:
-                    logprobs, support = policy_logprobs(model, micro, support=True)
-                    loss, metrics = objective.loss(micro, logprobs, support)
-                else:
-                    loss, metrics = objective.loss(micro, policy_logprobs(model, micro))
-                if nan_fault:
-                    loss = loss * float("nan")
-                ranks.backward(loss)
-                total += float(loss.detach())
-                share = micro.num_response_tokens / max(1, minibatch.num_response_tokens)
-                for key, value in metrics.items():
-                    stats.objective_metrics[key] = stats.objective_metrics.get(key, 0.0) + share * value
-            if inf_grad_fault:
-                next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = float("inf")
-            total = ranks.sum(total)
-            norm = ranks.clip_grad_norm_(model, train.grad_clip if train.grad_clip > 0 else float("inf"))
-            if not (math.isfinite(norm) and math.isfinite(total)):
-                stats.skipped += 1  # a NaN/inf loss or gradient never reaches the weights
-                stats.bad_streak += 1
-                optimizer.zero_grad(set_to_none=True)
-                continue
-            stats.bad_streak = 0
-            fault_point("update", step + 1)  # tests: killed between a backward and its optimizer step
-            optimizer.step()
-            stats.losses.append(total)
-            stats.grad_norms.append(norm)
-    updates = max(1, train.epochs * train.minibatches)
-    stats.objective_metrics = {k: v / updates for k, v in ranks.sum_metrics(stats.objective_metrics).items()}
-    return stats
-
-
 def sync(run: Run, batch, step: int) -> dict[str, float]:
     """The updated weights to the generation backend (shared with the HF backend already, but for
     FSDP's sampling copy; vLLM loads them and the probe measures how far its logprobs moved), or
@@ -812,7 +693,7 @@ def sync(run: Run, batch, step: int) -> dict[str, float]:
     if run.generator is not None:
         return {"publish_s": run.generator.publish(run.policy, step + 1), **generator_stats(run.run_dir, step)}
     run.ranks.sync_weights(run.model, run.sampler)
-    if run.cfg.backend.kind == "vllm" and run.cfg.backend.sleep:
+    if run.sleeps_during_updates:
         run.backend.wake_up()
     if not run.backend.syncs_weights:
         return {}
@@ -830,6 +711,7 @@ def evaluate(backend, cfg: TrainConfig, envs, episodes: int, skills=None) -> tup
                                context=cfg.context, skills=skills)
     played: list[Trajectory] = []
     stats = collector.run([EpisodeSpec(seed) for seed in range(episodes)], played.append)
+    backend.reset_prefix_cache()  # the evaluation's episodes are over: its kept rows would only hold memory
     report = eval_report(played)
     report["won_by_seed"] = [int(t.won) for t in sorted(played, key=lambda t: t.seed)]  # to pair two evaluations
     return stats, report
@@ -918,7 +800,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
             trajectories, rollout = collect(run, step, rng)
             collect_s = time.perf_counter() - started
             batch, prepare_s = score(run, trajectories, step)
-            if cfg.backend.kind == "vllm" and cfg.backend.sleep and run.generator is None:
+            if run.sleeps_during_updates:
                 run.backend.sleep(level=1)  # give the accelerator's memory to the update
             run.policy.train()
             update_started = time.perf_counter()

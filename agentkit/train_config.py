@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import Field, field_validator, model_validator
@@ -30,6 +30,9 @@ from agentkit.core.settings import (
     flag,
 )
 from agentkit.rollout.config import MODEL_HELP
+
+if TYPE_CHECKING:
+    from agentkit.objectives import Capabilities, Objective
 
 
 class RolloutSection(Settings):
@@ -53,6 +56,17 @@ class ObjectiveSection(Settings):
             return REGISTRY.spec(value).name
         except UnknownNameError:
             return value
+
+    def build(self) -> Objective:
+        """The objective these settings name, built with its ``args`` (validating both); cheap: an
+        objective is pure maths."""
+        from agentkit.objectives import make_objective
+
+        return make_objective(self.name, self.args)
+
+    def requirements(self) -> Capabilities:
+        """What the objective needs from the loop (``agentkit.objectives.Capabilities``)."""
+        return self.build().requirements()
 
 
 class TeacherSection(Settings):
@@ -213,11 +227,9 @@ class TrainConfig(Settings):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
-        from agentkit.objectives import make_objective
-
         # unknown or invalid settings -> error; the needs under these settings (objectives are pure maths: cheap)
         # a teacher or demonstrations it needs and is not given are the run's defaults (agentkit.default_teacher)
-        needs = make_objective(self.objective.name, self.objective.args).requirements()
+        needs = self.objective.requirements()
         if needs.needs_groups and self.rollout.group_size < 2:
             raise ValueError(f"{self.objective.name} compares episodes within a group: rollout.group_size must be >= 2.")
         from agentkit.skillbank.retrieval import REGISTRY as RETRIEVERS

@@ -3,7 +3,8 @@ Gymnasium both ways (``gymnasium.make("agentkit/...")``, ``gymnasium/<Gymnasium 
 
 from agentkit.envs.checker import check_env, play_expert
 from agentkit.envs.formats import ACTION_TAG, BRACKET_ACTION_TAG, SEARCH_ANSWER, ActionFormat
-from agentkit.envs.gym import AnyText, FromGymnasium, TextEnv, gymnasium_id, register_gymnasium
+from agentkit.envs.gym import AnyText, FromGymnasium, TextEnv, gymnasium_id
+from agentkit.envs.gym_registration import register_gymnasium
 from agentkit.envs.protocol import INFO_KEYS, Env
 from agentkit.envs.registry import REGISTRY, EnvInfo, EnvSpec, env_info, make, register, status
 from agentkit.envs.wrappers import ActionParser, CleanObservation, ParseAction, TurnLimit, Wrapper, clean_text

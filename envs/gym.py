@@ -14,7 +14,8 @@ environments play in agentkit.
   family once when the variant repeats it: ``textworld/coin-v0`` is ``agentkit/textworld-coin-v0``,
   ``vaults/vaults-v0`` is ``agentkit/vaults-v0``. Gymnasium 1.x reads no plugin entry points, so
   ``import agentkit.envs`` registers the built-ins, ``agentkit.envs.register`` each id it adds, and
-  ``register_gymnasium()`` every id (entry-point plugins too). ``gymnasium.make("agentkit/...")`` builds
+  ``register_gymnasium()`` every id (entry-point plugins too; it and ``make_for_gymnasium``, which
+  read the registry, sit above it in envs/gym_registration.py). ``gymnasium.make("agentkit/...")`` builds
   the bare environment (bare commands in, no action parser) with cleaned observations (``CleanText``)
   and the registered turn limit as ``max_episode_steps``; its kwargs are the environment's settings.
 - The other way. The agentkit id ``gymnasium/<Gymnasium id>`` plays ``gymnasium.make(<Gymnasium id>)``
@@ -42,11 +43,13 @@ from agentkit.core.errors import ConfigError, EnvError, PluginError, UnknownName
 
 if TYPE_CHECKING:
     import numpy as np
-    from agentkit.envs.registry import EnvSpec
+    from agentkit.envs.spec import EnvSpec
 
 MAX_CHARS = 1 << 16  # the longest observation or action: far above any built-in's (pages of a few thousand)
 NAMESPACE = "agentkit"  # the Gymnasium namespace of agentkit's ids
 GYMNASIUM_PREFIX = "gymnasium/"  # agentkit ids of this form play a Gymnasium environment
+# what gymnasium.make builds for an agentkit id: above the registry (it makes the environment), so named, not imported
+MAKE_FOR_GYMNASIUM = "agentkit.envs.gym_registration:make_for_gymnasium"
 _SAMPLE_CHARS = string.ascii_letters + string.digits + string.punctuation + " "
 
 
@@ -248,31 +251,7 @@ def register_in_gymnasium(agentkit_id: str, spec: EnvSpec) -> str:
     ``max_episode_steps``. Return its Gymnasium id."""
     gid = free_gymnasium_id(agentkit_id)
     gymnasium.registry.pop(gid, None)  # re-registering the same id replaces it quietly
-    gymnasium.register(gid, entry_point=f"{__name__}:make_for_gymnasium", max_episode_steps=spec.max_turns,
+    gymnasium.register(gid, entry_point=MAKE_FOR_GYMNASIUM, max_episode_steps=spec.max_turns,
                        nondeterministic=spec.nondeterministic, kwargs={"agentkit_id": agentkit_id},
                        additional_wrappers=(WrapperSpec("CleanText", f"{__name__}:CleanText", {}),))
     return gid
-
-
-def make_for_gymnasium(agentkit_id: str, **kwargs: Any) -> gymnasium.Env[str, str]:
-    """What ``gymnasium.make("agentkit/...")`` builds: the environment itself, bare commands in, seeds
-    wrapped (``TextEnv.wrap_seeds``); ``AsGymnasium`` around one that is not a ``gymnasium.Env``."""
-    from agentkit.envs.registry import make  # the registry imports this module
-
-    env = make(agentkit_id, clean=False, **kwargs)
-    if isinstance(env, TextEnv):
-        env.wrap_seeds = True
-        return env
-    if isinstance(env, gymnasium.Env):
-        return env  # make has checked its spaces
-    return AsGymnasium(env)
-
-
-def register_gymnasium() -> list[str]:
-    """Register every agentkit id with Gymnasium, entry-point plugins included (their modules are
-    imported to read their turn limits), and return their Gymnasium ids. ``import agentkit.envs``
-    registers the built-ins and ``register`` each id it adds; this adds the plugins too."""
-    from agentkit.envs.registry import REGISTRY, env_info
-
-    return [register_in_gymnasium(record.name, env_info(record.name)) for record in REGISTRY.specs()
-            if not record.name.startswith(GYMNASIUM_PREFIX)]

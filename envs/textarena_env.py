@@ -55,7 +55,7 @@ import textarena as ta
 from agentkit.envs.formats import BRACKET_ACTION_TAG
 from agentkit.envs.gym import TextEnv
 from agentkit.envs.protocol import task_index
-from agentkit.envs.registry import DEFAULT_MAX_TURNS, EnvSpec
+from agentkit.envs.spec import DEFAULT_MAX_TURNS, EnvSpec
 from agentkit.envs.wrappers import clean_text
 from textarena.envs.registration import ENV_REGISTRY
 from textarena.wrappers import ActionFormattingWrapper

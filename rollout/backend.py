@@ -104,9 +104,9 @@ class GenerationBackend(Protocol):
         name: the model's name or path, recorded in trajectories.
         max_context: the most tokens prompt + response may hold.
         syncs_weights: the backend samples from its own copy of the weights: after each update the
-            loop calls ``sync_weights(module)``, or the backend keeps sampling the old policy.
-            False: it samples with the trained module itself (nothing to copy) or cannot take
-            weights at all (a remote server).
+            loop calls ``sync_weights(module)``, or the backend keeps sampling the old policy; one
+            the loop trains with (vLLM's) is then a ``WeightSync`` too. False: it samples with the
+            trained module itself (nothing to copy) or cannot take weights at all (a remote server).
         can_sleep: ``sleep()`` frees accelerator memory for the update and ``wake_up()`` gets it
             back (vLLM built with ``enable_sleep_mode``); False: both do nothing.
         prefix_caching: a prompt whose start the backend has already read (a multi-turn episode's
@@ -151,6 +151,32 @@ class GenerationBackend(Protocol):
 
     def close(self) -> None:
         """Release engines, connections and threads (a no-op when there are none); call once."""
+        ...
+
+
+class WeightSync(Protocol):
+    """What the training loop calls to push an update into a backend that samples from its own copy
+    of the weights (``syncs_weights``), and to check that it arrived. vLLM's backend is one.
+
+    Attributes:
+        lora_sync: how a trained LoRA adapter reaches the backend: "adapter" (``sync_adapter``: the
+            adapter alone, the backend's base weights stay) or "merged" (base + adapter merged,
+            through ``sync_weights``, for engines without LoRA).
+    """
+
+    lora_sync: str
+
+    def sync_weights(self, module: Any) -> None:
+        """Sample from ``module``'s current parameters (the whole weights) from now on."""
+        ...
+
+    def sync_adapter(self, module: Any) -> None:
+        """Sample from the backend's base weights plus ``module``'s LoRA adapter (a peft model) from now on."""
+        ...
+
+    def sync_error(self, module: Any, ids: Sequence[int]) -> float:
+        """The largest |served - module| logprob over the tokens of ``ids``: how far the backend's
+        weights are from ``module``'s after a sync (~1e-6 in float32)."""
         ...
 
 

@@ -34,7 +34,15 @@ from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 
 from agentkit.core.errors import ConfigError, EnvError
 from agentkit.core.settings import ContextSettings, EnvSettings, default
-from agentkit.core.trajectory import ContextMode, Trajectory, Turn, is_finite, is_unicode
+from agentkit.core.trajectory import (
+    ContextMode,
+    Trajectory,
+    Turn,
+    episode_group,
+    episode_id,
+    is_finite,
+    is_unicode,
+)
 
 # Episodes in flight when max_in_flight is 0: all of a step's (a training step plays tasks x group, far
 # fewer), and a bound for a huge --episodes, whose episodes then stream through (built as slots free up)
@@ -295,10 +303,9 @@ class Collector:
 
     def _trajectory(self, ep: _Episode, *, terminated: bool, truncated: bool, error: str | None) -> Trajectory:
         spec, info = ep.spec, ep.info
-        group = f"{self.env_id}|{self.split}|{spec.seed}"
         return Trajectory(
-            id=f"{group}|{spec.sample}", env=self.env_id, task=ep.task, seed=spec.seed, split=self.split,
-            group=group, sample=spec.sample, turns=ep.turns, episode_return=float(sum(t.reward for t in ep.turns)),
+            id=episode_id(self.env_id, self.split, spec.seed, spec.sample), env=self.env_id, task=ep.task,
+            seed=spec.seed, split=self.split, group=episode_group(self.env_id, self.split, spec.seed), sample=spec.sample, turns=ep.turns, episode_return=float(sum(t.reward for t in ep.turns)),
             won=bool(info.get("won", False)), score=float(info.get("score", 0.0) or 0.0),
             terminated=terminated, truncated=truncated, model=self.backend.name,
             sampling=self.sampling.to_dict(), context_mode=self.context_mode, privileged=ep.privileged,

@@ -21,7 +21,7 @@ from agentkit.rollout.context import encode_data, format_observation, make_conte
 
 from agentkit.core.errors import EnvError
 from agentkit.core.settings import ContextSettings, default
-from agentkit.core.trajectory import ContextMode, Trajectory, Turn
+from agentkit.core.trajectory import ContextMode, Trajectory, Turn, episode_group, episode_id
 
 
 def _check(env_id: str, seed: int, op: str, answer: Any) -> None:
@@ -69,9 +69,9 @@ def play_demonstration(env: Env, tokenizer: Any, *, env_id: str, seed: int, spli
                           privileged=state_privileged))
         builder.end_turn(state, obs, plan[0], response_ids)
         obs = next_obs
-    group = f"{env_id}|{split}|{seed}"
     return Trajectory(
-        id=f"{group}|0", env=env_id, task=task, seed=seed, split=split, group=group, sample=0, turns=turns,
+        id=episode_id(env_id, split, seed, 0), env=env_id, task=task, seed=seed, split=split,
+        group=episode_group(env_id, split, seed), sample=0, turns=turns,
         episode_return=float(sum(t.reward for t in turns)), won=bool(info.get("won")), score=float(info.get("score") or 0.0),
         terminated=terminated, truncated=truncated, model=model, sampling={"source": "expert"}, context_mode=builder.mode,
         privileged=privileged, task_type=task_type, created_at=time.time(),

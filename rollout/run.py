@@ -33,7 +33,8 @@ from agentkit.envs.registry import lookup
 from agentkit.rollout.backend import SamplingParams
 from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats, resolve_sampling
 from agentkit.rollout.config import RolloutConfig
-from agentkit.rollout.workers import EnvRunner, make_env_runner
+from agentkit.rollout.runners import make_env_runner
+from agentkit.rollout.workers import EnvRunner
 
 from agentkit.core.config import settings_of
 from agentkit.core.errors import AgentkitError, ConfigError, DiskFullError, ModelError, OutputExistsError

@@ -101,7 +101,7 @@ class VLLMBackend:
         engine_kwargs: any other ``vllm.LLM`` argument (``tensor_parallel_size``, ``dtype``...).
     """
 
-    syncs_weights = True  # the engine holds its own copy of the weights
+    syncs_weights = True  # the engine holds its own copy of the weights: it is a WeightSync (rollout/backend.py)
 
     def __init__(self, model: str | os.PathLike, tokenizer: Any = None, *, seed: int = 0, weight_sync: str = "direct",
                  gpu_memory_utilization: float = 0.5, kv_cache_gib: float | None = None,

@@ -9,7 +9,7 @@ workers die with the process that started them, even one killed with ``kill -9``
 ``InProcessEnvs`` steps environments synchronously in the caller's process (tests, plugins
 registered at run time, and environments too cheap to be worth a process). ``RayEnvs``
 (rollout/ray_workers.py) runs them as Ray actors across a cluster, with the same failure handling;
-``make_env_runner`` builds whichever a rollout asked for.
+``make_env_runner`` (rollout/runners.py, above both) builds whichever a rollout asked for.
 """
 
 from __future__ import annotations
@@ -413,24 +413,3 @@ class WorkerPool:
         for worker in self._workers:
             worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
             worker.kill()
-
-
-def make_env_runner(make_env: Callable[[], Env], workers: int, *, ray: str | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
-                    reset_timeout_s: float = RESET_TIMEOUT_S) -> EnvRunner:
-    """The environment runner a rollout asked for: Ray actors, worker processes, or this process.
-
-    Args:
-        make_env: a picklable callable building one environment (see ``WorkerPool``).
-        workers: worker processes, or Ray actors with ``ray``; 0 steps environments in this process.
-        ray: a Ray cluster to run the workers on (``auto``, ``host:port``, ``ray://host:port`` or
-            ``local``; see ``agentkit.rollout.ray_workers.RayEnvs``); None = local processes.
-        step_timeout_s: a step taking longer counts as a hang; its worker is restarted.
-        reset_timeout_s: the same for reset (``env.reset_timeout``).
-    """
-    if ray is not None:
-        from agentkit.rollout.ray_workers import RayEnvs
-
-        return RayEnvs(make_env, workers, address=ray, step_timeout_s=step_timeout_s, reset_timeout_s=reset_timeout_s)
-    if workers > 0:
-        return WorkerPool(make_env, workers, step_timeout_s=step_timeout_s, reset_timeout_s=reset_timeout_s)
-    return InProcessEnvs(make_env)

@@ -218,10 +218,19 @@ class SkillSelector:
         return [s.id for s in chosen], text
 
 
+def make_selector(bank: SkillBank, settings: SkillSettings, *, env_id: str, seed: int, show_policy: bool,
+                  retriever: Retriever | None = None) -> SkillSelector:
+    """The one way a ``SkillSelector`` is built from the skill settings: ``settings.k`` skills from
+    ``bank`` by ``retriever`` (default: a new one of ``settings.retrieval`` with ``settings.args``)."""
+    if retriever is None:
+        retriever = make_retriever(settings.retrieval, settings.args)
+    return SkillSelector(bank, retriever, settings.k, env_id=env_id, seed=seed, show_policy=show_policy)
+
+
 def policy_selector(settings: SkillSettings, *, env_id: str, seed: int) -> SkillSelector | None:
     """The selector whose skills a policy sees in its prompt (``rollout``/``eval`` with ``--skills``),
     or None when no bank is given."""
     if not settings.bank:
         return None
-    return SkillSelector(SkillBank.load(resolve_bank(settings.bank)), make_retriever(settings.retrieval, settings.args),
-                         settings.k, env_id=env_id, seed=seed, show_policy=True)
+    return make_selector(SkillBank.load(resolve_bank(settings.bank)), settings, env_id=env_id, seed=seed,
+                         show_policy=True)

@@ -98,7 +98,7 @@ def _collector(backend, envs, *, limit: int = 10, context: str = "chat", max_new
 
 def _play(backend, mode: str, *, workers: int = 0, seeds=range(4), limit: int = 10, context: str = "chat"):
     from agentkit.rollout import EpisodeSpec
-    from agentkit.rollout.workers import make_env_runner
+    from agentkit.rollout.runners import make_env_runner
 
     envs = make_env_runner(functools.partial(make, ENV_ID, max_turns=4, mode=mode), workers)
     collector = _collector(backend, envs, limit=limit, context=context)

@@ -93,7 +93,7 @@ def _collector(backend, envs, *, limit: int, max_in_flight: int = 0, max_new_tok
 ])
 def test_an_env_failing_n_episodes_in_a_row_stops_the_rollout(backend, workers, fail, error):
     from agentkit.rollout import EpisodeSpec
-    from agentkit.rollout.workers import make_env_runner
+    from agentkit.rollout.runners import make_env_runner
 
     envs = make_env_runner(functools.partial(make, ENV_ID, max_turns=2, fail=fail), workers)
     collector = _collector(backend, envs, limit=3)
@@ -110,7 +110,7 @@ def test_an_env_failing_n_episodes_in_a_row_stops_the_rollout(backend, workers, 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_an_env_failing_now_and_then_does_not_stop_the_rollout(backend, workers):
     from agentkit.rollout import EpisodeSpec
-    from agentkit.rollout.workers import make_env_runner
+    from agentkit.rollout.runners import make_env_runner
 
     envs = make_env_runner(functools.partial(make, ENV_ID, max_turns=2, fail="odd"), workers)
     collector = _collector(backend, envs, limit=2, max_in_flight=1)  # one at a time: a fixed order

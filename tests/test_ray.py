@@ -25,7 +25,8 @@ import helpers  # noqa: E402
 from agentkit.envs import ActionParser, make  # noqa: E402
 from agentkit.rollout import Collector, EpisodeSpec, SamplingParams  # noqa: E402
 from agentkit.rollout.ray_workers import RayEnvs, connect, import_ray  # noqa: E402
-from agentkit.rollout.workers import InProcessEnvs, make_env_runner  # noqa: E402
+from agentkit.rollout.runners import make_env_runner  # noqa: E402
+from agentkit.rollout.workers import InProcessEnvs  # noqa: E402
 from helpers import KillingBackend, drain, faulty  # noqa: E402
 
 from agentkit.core.errors import ConfigError, MissingDependencyError  # noqa: E402

@@ -24,7 +24,7 @@ def test_a_huge_episode_count_streams_through_a_bounded_number_in_flight(backend
     from agentkit.rollout import EpisodeSpec
     from agentkit.rollout.collector import AUTO_IN_FLIGHT
     from agentkit.rollout.run import RolloutConfig, episode_specs, make_collector, sampling_params
-    from agentkit.rollout.workers import make_env_runner
+    from agentkit.rollout.runners import make_env_runner
 
     from agentkit.core.settings import ContextSettings, EnvSettings
 

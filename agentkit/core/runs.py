@@ -23,6 +23,7 @@ EVAL = "eval.jsonl"
 CHECKPOINTS = "checkpoints"
 TRAJECTORIES = "trajectories"
 SIGNALS = "signals"
+SKILL_BANK = "skillbank.yaml"
 STEP_PREFIX = "step-"
 
 
@@ -47,6 +48,11 @@ def metrics_file(run_dir: Path) -> Path:
 
 def eval_file(run_dir: Path) -> Path:
     return Path(run_dir) / EVAL
+
+
+def skill_bank_file(run_dir: Path) -> Path:
+    """The run's own copy of its skill bank, with the statistics of the steps so far."""
+    return Path(run_dir) / SKILL_BANK
 
 
 def checkpoints_dir(run_dir: Path) -> Path:

@@ -135,6 +135,12 @@ class HFBackendSettings(Settings):
                                                     "with them (a chat episode's next turn) reads only its new tokens. "
                                                     "Default: a quarter of the memory free at start; 0 turns it off.")
 
+    @property
+    def sleep_during_updates(self) -> bool:
+        """Whether the training loop frees the backend's memory during each update: it samples with
+        the trained module itself, so there is nothing to free."""
+        return False
+
 
 class VLLMBackendSettings(Settings):
     kind: Literal["vllm"] = "vllm"
@@ -144,6 +150,11 @@ class VLLMBackendSettings(Settings):
     sleep: bool = Field(False, json_schema_extra=flag("--vllm-sleep"),
                         description="Put the vLLM engine to sleep during updates (GPU; needs "
                                     "--vllm-args enable_sleep_mode=true).")
+
+    @property
+    def sleep_during_updates(self) -> bool:
+        """Whether the training loop puts the engine to sleep during each update (``sleep``)."""
+        return self.sleep
 
     @model_validator(mode="after")
     def _check(self) -> VLLMBackendSettings:
@@ -166,6 +177,11 @@ class OpenAIBackendSettings(Settings):
     max_retries: int = Field(4, ge=0, description="Retries of a failed request (connection errors, timeouts, "
                              "429/5xx, malformed answers), with exponential backoff.")
     max_response_bytes: int = Field(64 * 2**20, gt=0, description="Largest answer accepted, in bytes.")
+
+    @property
+    def sleep_during_updates(self) -> bool:
+        """Whether the training loop frees the backend's memory during each update: a server's is not ours."""
+        return False
 
 
 def _backend_section(value: Any) -> Any:

@@ -80,17 +80,27 @@ class Turn:
     policy_version: int | None = field(default=None, metadata={OMIT_NONE: True})
 
 
+def episode_group(env: str, split: str, seed: int) -> str:
+    """The id the episodes of one task share: ``env|split|seed``."""
+    return f"{env}|{split}|{seed}"
+
+
+def episode_id(env: str, split: str, seed: int, sample: int) -> str:
+    """An episode's id: its task's group and its sample in the group, ``env|split|seed|sample``."""
+    return f"{episode_group(env, split, seed)}|{sample}"
+
+
 @dataclass(frozen=True)
 class Trajectory:
     """One episode.
 
     Attributes:
-        id: unique id, ``"{group}-{sample}"``.
+        id: unique id, ``episode_id``: ``"{env}|{split}|{seed}|{sample}"``.
         env: environment id.
         task: the goal text.
         seed: the task seed (with ``split``, it fixes the task).
         split: "train" or "eval".
-        group: id shared by the G samples of the same task.
+        group: id shared by the G samples of the same task (``episode_group``: ``"{env}|{split}|{seed}"``).
         sample: index within the group.
         turns: the turns in order.
         episode_return: sum of rewards (JSON key ``return``).

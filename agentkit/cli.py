@@ -65,7 +65,7 @@ def _run_settings(model: str | None, keys: set[str], given: dict) -> dict:
     wanted = list(RUN_SETTINGS)
     if given.get("env.id", saved.env.id) != saved.env.id:
         wanted = [key for key in wanted if not key.startswith("env.")]
-    if capabilities_of(saved.objective.name).policy_sees_skills and (run / "skillbank.yaml").is_file():
+    if capabilities_of(saved.objective.name).policy_sees_skills and runs.skill_bank_file(run).is_file():
         wanted += ["skills.retrieval", "skills.k", "skills.args"]
     base = {}
     for key in wanted:
@@ -75,7 +75,7 @@ def _run_settings(model: str | None, keys: set[str], given: dict) -> dict:
                 node = getattr(node, part)
             base[key] = node
     if "skills.k" in base:
-        base["skills.bank"] = str(run / "skillbank.yaml")  # the run's own bank, with its statistics
+        base["skills.bank"] = str(runs.skill_bank_file(run))  # the run's own bank, with its statistics
     shown = ", ".join(f"{key}={base[key]}" for key in ("env.id", "context.mode", "skills.bank") if key in base)
     print(f"--model {model}: playing with the settings of the run {run} ({shown}); flags given override them.",
           file=sys.stderr)
@@ -596,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="Continue the run in --out from its last complete checkpoint with its saved settings "
                         "(--steps may extend it; a setting of what the run computes given another value is refused, "
-                        "one of how it runs, such as --env-workers, is named as ignored).")
+                        "one of how it runs, such as --env-workers, is applied to this invocation).")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
     p.add_argument("--help-config", action="store_true",
                    help="Print every setting with its key, flag, default and meaning (with --objective: its args too), then exit.")

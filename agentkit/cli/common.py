@@ -1,0 +1,150 @@
+"""What the commands share: settings from flags, --set and --config (over a training run's when the
+policy is one), the model folder, the summary table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from agentkit.core import runs
+
+
+def quiet_hf() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def add_settings(parser: argparse.ArgumentParser, model, *, skip: frozenset[str] = frozenset()) -> None:
+    """Every setting of ``model`` as a flag, plus --config and --set (the same keys as YAML)."""
+    from agentkit.core.config import add_settings_arguments
+
+    parser.add_argument("--config", help="YAML file of settings (the keys of --set, as sections).")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="Set any setting by its key, e.g. --set env.max_turns=12 (repeatable; flags win).")
+    add_settings_arguments(parser, model, skip=skip)
+
+
+# what a policy trained by `agentkit train` was trained with, and so must be played with
+RUN_SETTINGS = ("env.id", "env.kwargs", "env.max_turns", "context.mode", "context.window", "context.show_admissible",
+                "context.system_prompt", "sampling.max_new_tokens")
+
+
+def run_folder(model: str | None) -> Path | None:
+    """The training run a ``--model`` path belongs to: the run folder itself, or the run of one of
+    its ``checkpoints/step-N`` folders; None for any other model folder."""
+    if not model:
+        return None
+    path = Path(model)
+    for candidate in (path, path.parent.parent if path.parent.name == runs.CHECKPOINTS else None):
+        if candidate is not None and runs.config_file(candidate).is_file():
+            return candidate
+    return None
+
+
+def run_settings(model: str | None, keys: set[str], given: dict) -> dict:
+    """When ``--model`` is (a checkpoint of) a training run, the settings its policy was trained
+    with, as defaults under everything given; a note says so. Its environment settings only when
+    the same environment is played, and its skills when the policy saw them in its prompt."""
+    run = run_folder(model)
+    if run is None:
+        return {}
+    from agentkit.objectives import capabilities_of
+    from agentkit.train_config import load_config
+
+    saved = load_config(runs.config_file(run))
+    wanted = list(RUN_SETTINGS)
+    if given.get("env.id", saved.env.id) != saved.env.id:
+        wanted = [key for key in wanted if not key.startswith("env.")]
+    if capabilities_of(saved.objective.name).policy_sees_skills and runs.skill_bank_file(run).is_file():
+        wanted += ["skills.retrieval", "skills.k", "skills.args"]
+    base = {}
+    for key in wanted:
+        if key in keys:
+            node = saved
+            for part in key.split("."):
+                node = getattr(node, part)
+            base[key] = node
+    if "skills.k" in base:
+        base["skills.bank"] = str(runs.skill_bank_file(run))  # the run's own bank, with its statistics
+    shown = ", ".join(f"{key}={base[key]}" for key in ("env.id", "context.mode", "skills.bank") if key in base)
+    print(f"--model {model}: playing with the settings of the run {run} ({shown}); flags given override them.",
+          file=sys.stderr)
+    return base
+
+
+def command_settings(args: argparse.Namespace, model, *, what: str, policy: str | None = None):
+    """The command's settings from its flags, --set and --config, over the settings of the training
+    run the policy (``policy``, else --model) belongs to."""
+    from agentkit.core.config import load_settings, parse_assignment, settings_from_args, settings_of
+
+    values = settings_from_args(args, model)
+    policy = policy or values.get("model") or dict(parse_assignment(item) for item in args.set or []).get("model")
+    given = {**dict(parse_assignment(item) for item in args.set or []), **values}
+    base = run_settings(policy, {row.key for row in settings_of(model)}, given)
+    return load_settings(model, args.config, args.set, values, what=what, base=base)
+
+
+_ABSENT = object()
+
+
+def given_settings(args: argparse.Namespace, model) -> dict:
+    """The settings this command gives, by dotted key: its flags, its --set items and every setting its
+    --config file holds (``train --resume`` compares each with the run's)."""
+    from agentkit.core.config import parse_assignment, read_yaml, settings_from_args, settings_of
+
+    given = settings_from_args(args, model)
+    for item in args.set or []:
+        key, value = parse_assignment(item)
+        given.setdefault(key, value)
+    loaded = read_yaml(args.config, what="config") if args.config else None
+    for row in settings_of(model) if isinstance(loaded, dict) else []:
+        value = loaded
+        for part in row.key.split("."):
+            value = value.get(part, _ABSENT) if isinstance(value, dict) else _ABSENT
+        if value is not _ABSENT:
+            given.setdefault(row.key, value)
+    return given
+
+
+def policy_folder(model: str | None) -> Path:
+    from agentkit.models import ensure_default_model, resolve_model_dir
+
+    return resolve_model_dir(model) if model else ensure_default_model()
+
+
+def torn_note(plan) -> str:
+    return (f" (a torn last line of {plan.torn_bytes} bytes, from the interrupted write, was moved to {plan.torn_path})"
+            if plan.torn_bytes else "")
+
+
+def stdout_console():
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # logs and pipes get the whole table on one line per row
+        console.width = max(console.width, 140)
+    return console
+
+
+def print_summary(console, env_id: str, stats, out: Path | None, *, resumed=None, command: str = "rollout") -> None:
+    from rich.table import Table
+
+    table = Table(title=f"agentkit {command}: {env_id}")
+    for col in ("episodes", "success rate", "mean return", "mean turns", "invalid actions", "tokens/s", "env steps/s"):
+        table.add_column(col, justify="right")
+    table.add_row(str(stats.episodes), f"{stats.success_rate:.1%}", f"{stats.mean_return:.3f}", f"{stats.mean_turns:.1f}",
+                  f"{stats.invalid_rate:.1%}", f"{stats.tokens_per_s:.0f}", f"{stats.env_steps_per_s:.1f}")
+    console.print(table)
+    note = f" ({stats.errors} ended by errors)" if stats.errors else ""
+    if out is None:
+        return
+    if resumed is not None:
+        console.print(f"resumed {out}: {resumed.done} trajectories were already there, played and appended "
+                      f"{stats.episodes}{note}; it now holds {resumed.done + stats.episodes}" + torn_note(resumed))
+        return
+    console.print(f"wrote {stats.episodes} trajectories to {out}{note}")

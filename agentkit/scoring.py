@@ -50,6 +50,11 @@ def build_teacher_and_judge(capabilities: Capabilities, *, teacher_spec: str | N
         else:
             teacher = make_teacher(spec, policy=policy, tokenizer=tokenizer, bank=bank, privileged=privileged,
                                    dtype=dtype, device=device)
+        if capabilities.needs_support and capabilities.topk == 0 and not teacher.full_vocabulary:
+            raise ConfigError(f"objective {objective!r} needs the teacher's whole distribution (topk 0: the exact "
+                              f"reverse KL), and teacher {spec} gives its top k only (a server's prompt_logprobs): "
+                              "set the objective's topk (--set objective.args.topk=20), or use a local teacher "
+                              "(model:DIR, self).")
     judge = None
     if capabilities.needs_judge:
         judge = make_judge(capabilities.judge or "teacher", teacher, capabilities.judge_template, tokenizer=tokenizer)

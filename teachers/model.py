@@ -64,6 +64,8 @@ class ModelTeacher:
         self.privileged, self.bank = tuple(privileged), bank
         self.micro_batch_tokens = micro_batch_tokens
 
+    full_vocabulary = True  # a local model: every logit is ours
+
     def prefixes(self, trajectories: Sequence[Trajectory]) -> list[list[int]]:
         """Each episode's privileged block at reset, as token ids (a later turn's may differ:
         ``teacher_sequences``)."""

@@ -17,7 +17,7 @@ from agentkit.core.trajectory import Trajectory
 if TYPE_CHECKING:  # the batch layout objectives build; teachers only read its tensors
     from agentkit.objectives.batch import TokenBatch
 
-MEMBERS = ("name", "tokenizer", "score", "generation_backend")
+MEMBERS = ("name", "tokenizer", "full_vocabulary", "score", "generation_backend")
 
 
 @runtime_checkable
@@ -28,10 +28,14 @@ class Teacher(Protocol):
         name: for messages and metrics (``self``, ``model:DIR``, ...).
         tokenizer: the tokenizer whose ids the teacher scores; the student's ids, so the two must
             agree (``check_same_tokenizer``).
+        full_vocabulary: ``score(..., topk=0)`` gives the whole vocabulary's logprobs (a local model);
+            False: only the top k (a server's ``prompt_logprobs``), so an objective that needs the
+            whole distribution (OPD's exact estimator, topk 0) is refused when the run is set up.
     """
 
     name: str
     tokenizer: Any
+    full_vocabulary: bool
 
     def score(self, batch: TokenBatch, trajectories: Sequence[Trajectory], *,
               topk: int | None = None) -> TeacherScores:

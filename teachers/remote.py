@@ -42,6 +42,8 @@ class PromptLogprobTeacher:
         self.backend, self.tokenizer, self.name = backend, tokenizer, name
         self.privileged, self.bank = tuple(privileged), bank
 
+    full_vocabulary = False  # prompt_logprobs: the top k only
+
     def score(self, batch, trajectories: Sequence[Trajectory], *, topk: int | None = None) -> TeacherScores:
         if topk == 0:
             raise ConfigError(f"Teacher {self.name} scores through prompt_logprobs, which return the top-k only: "

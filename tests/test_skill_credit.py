@@ -56,7 +56,7 @@ def _trajectory(group: str, sample: int, ret: float, skills: list[str]) -> Traje
 class LiftTeacher:
     """A teacher whose log-prob of every sampled token is the student's plus ``lifts[episode]``."""
 
-    name, tokenizer = "lift", None
+    name, tokenizer, full_vocabulary = "lift", None, True
 
     def __init__(self, lifts: list[float]) -> None:
         self.lifts = lifts

@@ -192,11 +192,35 @@ def test_a_teacher_plugin_is_checked_against_the_protocol(backend, monkeypatch):
 
     monkeypatch.setitem(REGISTRY._specs, "half", PluginSpec("half", lambda **_: NoScore(), distribution="half-dist"))
     with pytest.raises(PluginError, match=r"Teacher 'half' from 'half-dist' \(group 'agentkit.teachers'\) built "
-                                          r"'NoScore', which lacks score, generation_backend"):
+                                          r"'NoScore', which lacks full_vocabulary, score, generation_backend"):
         make_teacher("half", policy=backend.model, tokenizer=backend.tokenizer)
     monkeypatch.setitem(REGISTRY._specs, "value", PluginSpec("value", 3, distribution="v"))
     with pytest.raises(PluginError, match="'value' from 'v'.*not callable"):
         make_teacher("value", policy=backend.model, tokenizer=backend.tokenizer)
+
+
+def test_a_teacher_with_only_its_top_k_is_refused_at_setup_where_the_objective_needs_the_whole_vocabulary(
+        backend, monkeypatch):
+    from agentkit.objectives import Capabilities
+    from agentkit.teachers import REGISTRY
+    from agentkit.teachers.remote import PromptLogprobTeacher
+
+    from agentkit.core.plugins import PluginSpec
+    from agentkit.scoring import build_teacher_and_judge
+
+    def served(**_):  # what a server teacher is (openai:URL, vllm:DIR), without a server to ask
+        return PromptLogprobTeacher(None, backend.tokenizer, name="served")
+
+    monkeypatch.setitem(REGISTRY._specs, "served", PluginSpec("served", served, distribution="test"))
+    setup = dict(teacher_spec="served", policy=backend.model, tokenizer=backend.tokenizer, bank=None, objective="opd")
+    with pytest.raises(ConfigError, match=r"needs the teacher's whole distribution.*teacher served gives its top k "
+                                          r"only.*objective.args.topk"):
+        build_teacher_and_judge(Capabilities(needs_teacher=True, needs_support=True, topk=0), **setup)
+    teacher, _ = build_teacher_and_judge(Capabilities(needs_teacher=True, needs_support=True, topk=5), **setup)
+    assert not teacher.full_vocabulary
+    local, _ = build_teacher_and_judge(Capabilities(needs_teacher=True, needs_support=True, topk=0),
+                                       **{**setup, "teacher_spec": "self"})
+    assert local.full_vocabulary
 
 
 # -- privileged text per turn: the expert's plan from the state the student is in ---------------

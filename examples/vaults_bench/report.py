@@ -152,6 +152,22 @@ def over_time(arms, order: list[str]) -> list[str]:
             "| arm | measure | 1st quarter of steps | 2nd | 3rd | 4th |", "|---|---|---:|---:|---:|---:|", *rows]
 
 
+def diagnostic_notes(arms) -> list[str]:
+    """What the diagnostics say about what an ablation could show."""
+    notes = []
+    confidence = [r["diagnostics"]["confidence_mean"] for r in arms.get("sage_opd", {}).values()
+                  if "confidence_mean" in r.get("diagnostics", {})]
+    if confidence and min(confidence) > 0.99:
+        notes.append(f"SAGE-OPD's teacher is certain on these turns (mean c_t {statistics.fmean(confidence):.3f}): "
+                     "s_t = i_t * c_t is then i_t, so its ablation s_t = i_t trains the same policy up to rounding; "
+                     "the claim about c_t needs a teacher that is unsure somewhere.")
+    gates = [r["diagnostics"]["gate_mean"] for r in arms.get("grpo_opsd", {}).values()
+             if "gate_mean" in r.get("diagnostics", {})]
+    if gates and all(abs(g - 0.5) < 1e-6 for g in gates):
+        notes.append("GRPO+OPSD is SDAR with beta 0: its gate is sigmoid(0) = 0.5 on every token (none passes 0.5).")
+    return [line for note in notes for line in (note, "")]
+
+
 def write_report(results: dict[str, Any], path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -290,6 +306,7 @@ def write_report(results: dict[str, Any], path: Path) -> None:
                   "Gate: g = sigmoid(beta (logT - logS)) per response token, gap = logT - logS; turn labels: SAGE-OPD's "
                   "Skip / Weak / Strong shares, c_t = the teacher's confidence, Z = the rescaling.", "",
                   "| arm | diagnostics |", "|---|---|", *diag_rows, ""]
+        lines += diagnostic_notes(arms)
         image = path.with_name(path.stem + "_curves.png")
         if plot(arms, {"GRPO and self-distillation": ["grpo", "sdar", "sdar-random", "grpo_opsd", "opsd", "skill_grpo"],
                        "distillation from a separate teacher": ["grpo", "opd", "opd-sampled", "sage_opd",

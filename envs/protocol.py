@@ -19,6 +19,10 @@ Optional keys with fixed meaning:
   policy commands, ALFWorld's planner, ScienceWorld's gold path, Search-QA's search-then-answer).
   ``agentkit envs check`` and ``agentkit demos`` play it; teachers may read it.
 - ``error``: set when the episode was cut by a failure outside the game (a crashed worker).
+- ``action_read``: the last action as the environment read it, written the way its
+  ``admissible_actions`` and ``expert_plan`` write actions (vaults reads ``take the star exit`` as
+  ``go star``); None, or absent, when it read none. Judges compare it, not the student's wording,
+  with the expert's action, so a valid alternative phrasing counts as the expert's action.
 
 Rewards are per step, never cumulative. ``reset(seed=s)`` picks task ``s`` of the environment's
 split deterministically; splits are a constructor argument (``split="train"`` always exists;

@@ -16,7 +16,8 @@ vault of the family.
   tries in all can be afforded).
 - Phrasings: ``go star``, ``take the star exit``, ``go through the star door``, ``enter star``,
   ``open the star door`` and plain ``star`` are the same action (``PHRASINGS``); the admissible
-  list gives the canonical ``go <marker>`` / ``go back``. Anything else is invalid: it spends a move
+  list gives the canonical ``go <marker>`` / ``go back``, and ``info['action_read']`` the move as
+  read in that form (judges compare it with the expert's action). Anything else is invalid: it spends a move
   and changes nothing else. (Model text without an ``<action>`` tag never reaches the environment:
   the action parser answers it without a move; the registered turn limit, 8, bounds those turns.)
 - Rewards are per step: ``1/chambers`` for each chamber passed (``rewards="dense"``), or 1.0 for
@@ -231,7 +232,8 @@ class VaultsEnv(TextEnv):
             text += f" Your lamp burns out in the {family} vault. You lose."
         elif not won:
             text += "\n" + self._describe()
-        return text, reward, self.done, False, self._info(valid=valid, won=won)
+        read = "go back" if move == "back" else f"go {move}" if move else None
+        return text, reward, self.done, False, {**self._info(valid=valid, won=won), "action_read": read}
 
     def close(self) -> None:
         pass

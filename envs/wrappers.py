@@ -156,8 +156,8 @@ class ParseAction(Wrapper):
 
     def step(self, action: str) -> StepResult:
         parsed = self.parser.parse(action)
-        if parsed is None:
-            info = {**self._last_info, "action_valid": False, "action": None}
+        if parsed is None:  # the state's keys stay; nothing was read
+            info = {**self._last_info, "action_valid": False, "action": None, "action_read": None}
             return self.feedback, 0.0, False, False, info
         obs, reward, terminated, truncated, info = self.env.step(parsed)
         self._last_info = dict(info)

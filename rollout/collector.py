@@ -130,6 +130,11 @@ def _expert_action(info: dict[str, Any]) -> str | None:
     return str(plan[0]) if isinstance(plan, (list, tuple)) and plan else None
 
 
+def _action_read(info: dict[str, Any]) -> str | None:
+    read = info.get("action_read")
+    return read if isinstance(read, str) and read and info.get("action") is not None else None
+
+
 def _text_problem(what: str, value: Any, *, optional: bool = False, limit: int | None = None) -> str | None:
     if value is None and optional:
         return None
@@ -399,7 +404,7 @@ class Collector:
                 observation=ep.observation, context_ids=ep.new_context, action=info.get("action"),
                 action_valid=bool(info.get("action_valid", False)), reward=float(reward), feedback=obs,
                 env_s=result.elapsed_s, error=error, expert_action=_expert_action(ep.info),
-                privileged=ep.info.get("privileged"), **turn,
+                privileged=ep.info.get("privileged"), action_read=_action_read(info), **turn,
             ))
             self.context.end_turn(ep.context, ep.observation, info.get("action") or turn["response_text"].strip(),
                                   turn["response_ids"])

@@ -66,7 +66,7 @@ def play_demonstration(env: Env, tokenizer: Any, *, env_id: str, seed: int, spli
                           response_logprobs=[0.0] * len(response_ids), response_text=text,
                           action=info.get("action", plan[0]), action_valid=bool(info["action_valid"]),
                           reward=float(reward), feedback=next_obs, env_s=time.perf_counter() - start,
-                          privileged=state_privileged))
+                          privileged=state_privileged, action_read=info.get("action_read")))
         builder.end_turn(state, obs, plan[0], response_ids)
         obs = next_obs
     return Trajectory(

@@ -9,9 +9,13 @@ asking anyone. The rest go to:
   an editable template file (history, the student's response, the environment's feedback) and
   answers SKIP/WEAK/STRONG. Parsing is forgiving (case, punctuation, a "Label:" prefix, extra words);
   an answer naming no label, or two different ones, is ``strong`` and counted as unparseable.
-- ``oracle``: for ablations, compares the action with the environment's expert action for that
-  state (``Turn.expert_action``): the same action is ``skip``; a valid action off the expert's
-  plan is ``weak``; with no expert action recorded, ``weak``.
+- ``oracle``: for ablations, compares the action as the environment read it (``Turn.action_read``,
+  else the parsed action) with the environment's expert action for that state
+  (``Turn.expert_action``): the same action, however worded, is ``skip``; a valid action off the
+  expert's plan is ``weak``; with no expert action recorded, ``weak``.
+
+Both count the turns that are valid alternatives (the expert's action in the student's own words)
+in ``Judgments.alternatives``, so a run reports how often such a turn is labelled skip.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from agentkit.rollout.context import encode_chat
 
 from agentkit.core.errors import ConfigError
 from agentkit.core.scores import LABELS, Judgments
-from agentkit.core.trajectory import Trajectory
+from agentkit.core.trajectory import Trajectory, Turn
 
 DEFAULT_TEMPLATE = Path(__file__).parent / "templates" / "judge.txt"
 _LABEL = re.compile(r"\b(skip|weak|strong)\b", re.IGNORECASE)
@@ -48,7 +52,7 @@ class TurnJudge(Protocol):
         ...
 
 
-__all__ = ["LABELS", "Judgments", "TurnJudge", "OracleJudge", "LLMJudge", "parse_label"]
+__all__ = ["LABELS", "Judgments", "TurnJudge", "OracleJudge", "LLMJudge", "alternatives", "parse_label"]
 
 
 def _deterministic(trajectories: Sequence[Trajectory]) -> tuple[list[list[str | None]], list[list[bool]]]:
@@ -60,17 +64,28 @@ def _normalize(action: str | None) -> str:
     return " ".join((action or "").lower().split())
 
 
+def _is_expert(turn: Turn) -> bool:
+    """The environment executed the expert's action, as it read it."""
+    expert = _normalize(turn.expert_action)
+    return turn.action_valid and bool(expert) and _normalize(turn.action_read or turn.action) == expert
+
+
+def alternatives(trajectories: Sequence[Trajectory]) -> list[list[bool]]:
+    """Per turn: the expert's action in the student's own words (read as the expert's, written otherwise)."""
+    return [[_is_expert(turn) and _normalize(turn.action) != _normalize(turn.expert_action) for turn in t.turns]
+            for t in trajectories]
+
+
 class OracleJudge:
-    """Compares each executed action with the expert's action for that state."""
+    """Compares each executed action, as the environment read it, with the expert's action for that state."""
 
     def judge(self, trajectories: Sequence[Trajectory]) -> Judgments:
         labels, by_check = _deterministic(trajectories)
         for episode, traj in zip(labels, trajectories, strict=True):
             for t, turn in enumerate(traj.turns):
                 if episode[t] is None:
-                    expert = turn.expert_action
-                    episode[t] = "skip" if expert and _normalize(expert) == _normalize(turn.action) else "weak"
-        return Judgments(labels=labels, by_check=by_check)
+                    episode[t] = "skip" if _is_expert(turn) else "weak"
+        return Judgments(labels=labels, by_check=by_check, alternatives=alternatives(trajectories))
 
 
 class LLMJudge:
@@ -120,7 +135,7 @@ class LLMJudge:
 
         labels, by_check = _deterministic(trajectories)
         asks = [(e, t) for e, episode in enumerate(labels) for t, label in enumerate(episode) if label is None]
-        result = Judgments(labels=labels, by_check=by_check, asked=len(asks))
+        result = Judgments(labels=labels, by_check=by_check, asked=len(asks), alternatives=alternatives(trajectories))
         if not asks:
             return result
         params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens)

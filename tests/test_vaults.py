@@ -232,3 +232,73 @@ def test_sealed_exits_cost_one_move_and_keep_the_chamber():
     assert terminated and not info["won"]  # 4 wrong + 2 right = 6 moves: the lamp is out before the last chamber
     with pytest.raises(ConfigError, match="dead_ends must be true or false"):
         VaultsEnv(dead_ends="no")
+
+
+def test_the_env_reports_each_action_as_it_read_it_and_a_parse_failure_reads_nothing():
+    env = make(ENV, action_parser="format")
+    _, info = env.reset(seed=4)
+    marker = RULES[info["task_type"]]
+    _, _, _, _, info = env.step(f"<action>take the {marker} exit</action>")
+    assert info["action"] == f"take the {marker} exit" and info["action_read"] == f"go {marker}"
+    _, _, _, _, info = env.step("no tag at all")  # the wrapper answers; the last step's reading must not leak
+    assert info["action"] is None and info["action_read"] is None and not info["action_valid"]
+    _, _, _, _, info = env.step("<action>dance</action>")
+    assert info["action_valid"] is False and info["action_read"] is None
+
+
+def _turn(env, text: str, before: dict):
+    from agentkit.core.trajectory import Turn
+
+    _, reward, _, _, info = env.step(f"<action>{text}</action>")
+    plan = before["expert_plan"]
+    turn = Turn(observation="", context_ids=[1], response_ids=[2], response_logprobs=[0.0], response_text=text,
+                action=info["action"], action_valid=info["action_valid"], reward=reward, feedback="",
+                expert_action=plan[0] if plan else None, action_read=info.get("action_read"))
+    return turn, info
+
+
+def test_the_oracle_judge_skips_the_experts_action_in_other_words_and_counts_those_turns():
+    """SAGE-OPD's "semantically valid alternative": the student says the expert's action its own way."""
+    from agentkit.teachers import OracleJudge
+
+    from agentkit.core.trajectory import Trajectory
+
+    env = make(ENV, action_parser="format")
+    _, info = env.reset(seed=4)
+    marker = RULES[info["task_type"]]
+    turns = []
+    for text in (f"take the {marker} exit", f"go {marker}", "enter {wrong}", "fly", "back"):
+        wrong = next(a for a in info["admissible_actions"] if a != f"go {marker}").split()[1]
+        turn, info = _turn(env, text.format(wrong=wrong), info)
+        turns.append(turn)
+    reads = [t.action_read for t in turns]
+    assert reads[:2] == [f"go {marker}"] * 2 and reads[3:] == [None, "go back"]
+    assert reads[2] == "go " + turns[2].action.split()[1] != f"go {marker}" and turns[2].action_valid
+    episode = Trajectory(id="v|train|4|0", env=ENV, task="", seed=4, split="train", group="v|train|4", sample=0,
+                         turns=turns, episode_return=0.0, won=False, score=0.0, terminated=False, truncated=False,
+                         model="", sampling={})
+    judged = OracleJudge().judge([episode])
+    assert judged.labels == [["skip", "skip", "weak", "strong", "skip"]]
+    assert judged.alternatives == [[True, False, False, False, True]]  # "back" is "go back" in other words
+    metrics = judged.metrics()
+    assert metrics["judge_alternative_share"] == pytest.approx(2 / 5)
+    assert metrics["judge_alternative_skip_share"] == 1.0
+    assert Trajectory.from_dict(episode.to_dict()).turns[0].action_read == f"go {marker}"
+
+
+def test_the_collector_records_what_the_env_read(vaults_sft_model):
+    from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
+    from agentkit.rollout.hf_backend import HFBackend
+    from agentkit.rollout.run import env_factory
+
+    out = []
+    collector = Collector(HFBackend(vaults_sft_model), env_factory(ENV, split="train", max_turns=4,
+                                                                  env_kwargs={"families": "amber"}),
+                          env_id=ENV, sampling=SamplingParams(max_new_tokens=12, temperature=1.0, seed=3))
+    collector.run([EpisodeSpec(seed, sample) for seed in range(4) for sample in range(2)], out.append)
+    turns = [turn for t in out for turn in t.turns]
+    assert any(turn.action_read for turn in turns)
+    for turn in turns:
+        move = parse_move(turn.action) if turn.action else None
+        expected = None if move is None else "go back" if move == "back" else f"go {move}"
+        assert turn.action_read == expected, turn

@@ -72,9 +72,18 @@ def test_quick_grid_runs_every_stage_and_freezes_before_test(tmp_path):
     # the same budget, lr and KL for every arm; paired seeds
     assert {(r["steps"], r["lr"], r["seed"]) for r in results["main"]} == {(results["frozen"]["steps"],
                                                                             results["frozen"]["lr"], 0)}
+    # stage 6: OPD and SAGE-OPD again from the phrasing student, tested after the freeze too
+    assert sorted(r["arm"] for r in results["phrasings"]) == sorted(run.PHRASED_ARMS)
+    for r in results["phrasings"]:
+        assert len(r["test"]) == run.QUICK.test_games and r["settings"] == results["frozen"]["methods"]["grpo"]
+        assert (out / "phrasings" / f"{r['arm']}:seed-0" / "result.json").stat().st_mtime > frozen_at
+        assert r["wording"]["first"] is not None
+    assert "judge_alternative_skip_share" in next(r for r in results["phrasings"] if r["arm"] == "sage_opd")["diagnostics"]
+    assert len(results["phrasings_start"]) == run.QUICK.test_games
     text = report.read_text()
     for heading in ("## Premise", "## Pilot", "## Sweep", "## Claims: paired differences on test", "SDAR > GRPO",
-                    "SAGE-OPD > OPD", "## Diagnostics", "## Time"):
+                    "SAGE-OPD > OPD", "## Diagnostics", "## SAGE-OPD's valid alternatives",
+                    "SAGE-OPD > OPD, from the phrasing student", "## Time"):
         assert heading in text, heading
     assert (report.parent / "vaults_bench_curves.png").stat().st_size > 0
 
@@ -97,3 +106,43 @@ def test_behaviour_reads_first_actions_dead_ends_and_recoveries_from_the_trainin
     (folder / "step-3.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
     assert run.behaviour(tmp_path, 3) == {"first_right": 0.25, "dead_end": 0.5, "went_back": 0.25, "won": 0.5}
     assert run.behaviour(tmp_path, 4) is None
+
+
+def test_wording_counts_the_experts_action_said_in_other_words(tmp_path):
+    run = _import("run")
+    folder = tmp_path / "trajectories"
+    folder.mkdir()
+
+    def turn(action, read, expert, valid=True):
+        return {"action": action, "action_read": read, "expert_action": expert, "action_valid": valid}
+
+    episodes = [{"turns": [turn("take the star exit", "go star", "go star")]},
+                {"turns": [turn("go star", "go star", "go star")]},
+                {"turns": [turn("enter moon", "go moon", "go star"), turn("back", "go back", "go back")]},
+                {"turns": [turn("dance", None, "go sun", valid=False)]}]
+    (folder / "step-2.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    assert run.wording(tmp_path, 2) == {"expert_action": 3 / 5, "in_other_words": 2 / 3}
+    assert run.wording(tmp_path, 5) is None
+
+
+def test_reword_says_each_exit_another_way_that_the_env_reads_as_the_same(tiny_model_dir):
+    from agentkit.envs import make
+    from agentkit.envs.vaults_env import PHRASINGS
+    from agentkit.rollout.hf_backend import load_tokenizer
+
+    run = _import("run")
+    tokenizer = load_tokenizer(tiny_model_dir)
+    games = run.expert_games(tokenizer, families="practice", split="train", seeds=range(12), budget=run.QUICK)
+    rng = random.Random(0)
+    worded = [run.reword(g, rng, tokenizer) for g in games]
+    env = make("vaults/vaults-v0", families="practice", action_parser="format")
+    used = set()
+    for game, new in zip(games, worded, strict=True):
+        env.reset(seed=game.seed)
+        for old, turn in zip(game.turns, new.turns, strict=True):
+            assert turn.response_ids == tokenizer.encode(turn.response_text, add_special_tokens=False)
+            assert turn.context_ids == old.context_ids
+            _, _, _, _, info = env.step(turn.response_text)
+            assert info["action"] == turn.action and info["action_read"] == old.action and info["action_valid"]
+            used.add(turn.action.replace(old.action.split()[1], "{m}"))
+    assert used <= set(PHRASINGS) and len(used) >= 4  # several phrasings drawn, not one

@@ -44,6 +44,9 @@ class Judgments:
         asked: turns sent to an LLM judge.
         unparseable: of those, answers with no usable label (counted as strong).
         answers: the LLM judge's raw answers, in the order asked.
+        alternatives: per episode, per turn: the student worded the expert's action its own way
+            (the environment read it as the expert's action, ``Turn.action_read``, from other text),
+            SAGE-OPD's "semantically valid alternative"; empty when not computed.
     """
 
     labels: list[list[str]]
@@ -51,14 +54,23 @@ class Judgments:
     asked: int = 0
     unparseable: int = 0
     answers: list[str] = field(default_factory=list)
+    alternatives: list[list[bool]] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
+        """Label shares over all turns; ``judge_alternative_share``: the share of turns that are
+        valid alternatives; ``judge_alternative_skip_share``: of those, the share labelled skip
+        (0 when there are none)."""
         flat = [label for episode in self.labels for label in episode]
         total = max(1, len(flat))
         checked = sum(sum(episode) for episode in self.by_check)
         out = {f"judge_{label}_share": flat.count(label) / total for label in LABELS}
         out["judge_check_share"] = checked / total
         out["judge_unparseable_share"] = self.unparseable / max(1, self.asked)
+        marked = self.alternatives or [[False] * len(labels) for labels in self.labels]
+        alternative = [label for labels, marks in zip(self.labels, marked, strict=True)
+                       for label, mark in zip(labels, marks, strict=True) if mark]
+        out["judge_alternative_share"] = len(alternative) / total
+        out["judge_alternative_skip_share"] = alternative.count("skip") / max(1, len(alternative))
         return out
 
 

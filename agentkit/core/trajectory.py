@@ -52,6 +52,9 @@ class Turn:
         error: an error raised while stepping (the episode then ends truncated), else None.
         expert_action: the environment's expert action for this turn's state (its plan's next
             step), when it has one; judges and viewers compare the agent's action with it.
+        action_read: the action as the environment read it, in its expert's wording
+            (``info['action_read']``: ``go star`` for ``take the star exit``); None when it reports
+            none. Written only when set.
         privileged: the environment's privileged text for this turn's state (``info["privileged"]``
             of the observation the turn answered: an expert plan from here, replanned after every
             step where the environment can); None when it gave none (a teacher then shows the
@@ -78,6 +81,7 @@ class Turn:
     # files without per-turn privileged text stay readable by earlier versions
     privileged: str | None = field(default=None, metadata={OMIT_NONE: True})
     policy_version: int | None = field(default=None, metadata={OMIT_NONE: True})
+    action_read: str | None = field(default=None, metadata={OMIT_NONE: True})
 
 
 def episode_group(env: str, split: str, seed: int) -> str:

@@ -168,6 +168,60 @@ def diagnostic_notes(arms) -> list[str]:
     return [line for note in notes for line in (note, "")]
 
 
+def valid_alternatives(results: dict[str, Any], rng: random.Random) -> list[str]:
+    """Stage 6: OPD and SAGE-OPD from a student that says an exit several ways."""
+    arms, start = by_arm(results.get("phrasings") or []), results.get("phrasings_start")
+    if not arms:
+        return ["## Not measured here", "",
+                "SAGE-OPD's *semantically valid alternative* case: stage 6 (`phrasings`) has not run.", ""]
+    budget = results["budget"]
+    lines = ["## SAGE-OPD's valid alternatives: a student that says an exit several ways", "",
+             f"Stage 6 SFTs the student {budget['phrasing_steps']} steps further on the same practice games with every "
+             "exit said one of six ways (`go anchor`, `take the anchor exit`, `enter anchor`, `anchor`, ...), drawn "
+             "at random; OPD's teacher says `go <marker>` only. OPD and SAGE-OPD then train from that student with "
+             "the frozen lr, budget and seeds. The environment reports each action as it read it "
+             "(`info['action_read']`: `take the anchor exit` is `go anchor`), so the `oracle` judge sees the teacher's "
+             "action in the student's words: a *valid alternative*. With the oracle such a turn is Skip by "
+             "construction (the judge compares what the environment read); what is measured is how often it "
+             "arises, what the two methods do to the student's words, and whether skipping it pays.", "",
+             "| arm | seeds | test success | turns that took the expert's action, first step -> last | of those, said in "
+             "other words | valid alternatives labelled Skip |", "|---|---:|---:|---|---|---:|"]
+    if start:
+        lines.append(f"| phrasing student (start) | - | {pct(statistics.fmean(start))} | - | - | - |")
+    for arm in ("opd", "sage_opd"):
+        runs = list(arms.get(arm, {}).values())
+        if not runs:
+            continue
+        seen = [r["wording"] for r in runs if (r.get("wording") or {}).get("first") and r["wording"].get("last")]
+
+        def move(key: str, seen=seen) -> str:
+            if not seen:
+                return "-"
+            return (f"{pct(statistics.fmean(w['first'][key] for w in seen))} -> "
+                    f"{pct(statistics.fmean(w['last'][key] for w in seen))}")
+
+        skip = [r["diagnostics"]["judge_alternative_skip_share"] for r in runs
+                if "judge_alternative_skip_share" in r.get("diagnostics", {})]
+        lines.append(f"| {arm} | {len(runs)} | {pct(statistics.fmean(statistics.fmean(r['test']) for r in runs))} | "
+                     f"{move('expert_action')} | {move('in_other_words')} | {pct(statistics.fmean(skip)) if skip else '-'} |")
+    lines += ["", "Training episodes, sampled at temperature 1. *Said in other words*: the share of the turns that took "
+              "the expert's action (as the environment read it) worded otherwise than the teacher's `go <marker>`: OPD "
+              "is expected to push it down (the teacher prefers its own words at every token), SAGE-OPD to leave it "
+              "(it skips those turns).", ""]
+    rows = []
+    for name, a, b in (("SAGE-OPD > OPD, from the phrasing student", "sage_opd", "opd"),
+                       ("control: OPD > the phrasing student", "opd", "start"),
+                       ("control: SAGE-OPD > the phrasing student", "sage_opd", "start")):
+        stat = paired_bootstrap(games_of(arms, start, a, "test"), games_of(arms, start, b, "test"), rng)
+        if stat is not None:
+            rows.append(f"| {name} | {pts(stat['diff'])} | [{pts(stat['low'])}, {pts(stat['high'])}] | "
+                        f"{100 * stat['mde']:.1f} | {stat['seeds']} x {stat['games']} | {verdict(stat, '>')} |")
+    if rows:
+        lines += ["| claim | A - B | 95% interval | MDE | seeds x games | verdict |", "|---|---:|---|---:|---:|---|",
+                  *rows, ""]
+    return lines
+
+
 def write_report(results: dict[str, Any], path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -313,19 +367,16 @@ def write_report(results: dict[str, Any], path: Path) -> None:
                                                                 "sage_opd-sampled", "sage_opd-s=i", "sage_opd-noZ"]},
                 image):
             lines += [f"![dev curves]({image.name})", ""]
-    runs = {"pilot": (pilot or {}).get("runs", []), "sweep": results.get("sweep") or [], "main": results["main"]}
+    runs = {"pilot": (pilot or {}).get("runs", []), "sweep": results.get("sweep") or [], "main": results["main"],
+            "phrasings": results.get("phrasings") or []}
     lines += ["## Time", "", "On this machine (2 cores, `--jobs 2`, one thread per run). Wall time of each stage as "
               "the invocation that ran it recorded it (a stage resumed after an interruption records only its "
               "last part): " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in times.items())
               + ". Process time of the RL runs (training, curves and test games; two run at a time): "
               + ", ".join(f"{k} {len(r)} runs, {sum(x['wall_s'] for x in r) / 60:.0f} process-min"
                           for k, r in runs.items() if r) + ".", ""]
-    lines += ["## Not measured here", "",
-              "SAGE-OPD's *semantically valid alternative* case (a right action said in other words, which its judge "
-              "should mark Skip) cannot arise: this student was taught one phrasing per action (`go <marker>`), and "
-              "the `oracle` judge compares action strings. Teaching several phrasings (`PHRASINGS`) changes the "
-              "student every control here was measured on; it is left for a grid of its own.", "",
-              "## Secondary: TextWorld and ALFWorld", "",
+    lines += valid_alternatives(results, rng)
+    lines += ["## Secondary: TextWorld and ALFWorld", "",
               "The earlier grid on TextWorld's coin collector and ALFWorld, `examples/nano_repro/run.py`, is "
               "**superseded**: [`nano_repro.md`](nano_repro.md) is kept as it was reported (every comparison there "
               "sat within noise on 3 seeds and 32 games, its privileged block was the game's route rather than a "

@@ -33,7 +33,13 @@ an interrupted grid):
    coefficient (the objectives' 0.01 wherever there is one), paired seeds (seed s draws the same
    training tasks and sampling seeds in every arm); curves on dev, then greedy on ``test_games``
    test games (without skills; Skill-GRPO also with them).
-6. the report (``report.py``): premise, pilot, sweep, per-claim paired differences with bootstrap
+6. ``phrasings``  SAGE-OPD's *semantically valid alternative*: the student SFT'd further on the same
+   practice games with every exit said one of ``PHRASINGS``' ways (``take the anchor exit``; the teacher
+   says ``go anchor`` only), then OPD and SAGE-OPD from it (``PHRASED_ARMS``, frozen settings, the same
+   seeds). The environment reports each action as it read it (``info['action_read']``), so the oracle
+   judge sees the teacher's action in the student's words; the stage counts those turns, their labels,
+   and what each method does to the student's wording.
+7. the report (``report.py``): premise, pilot, sweep, per-claim paired differences with bootstrap
    95% intervals over seeds and games and the minimum detectable effect, curves with the seeds'
    band, SDAR's gate and SAGE-OPD's turn labels over training, time.
 
@@ -100,10 +106,13 @@ class Budget:
     test_games: int = 256
     max_turns: int = 8  # stage 1's whole vaults; RL plays FIRST_DECISION, one turn
     max_new_tokens: int = 12
+    phrasing_demos: int = 1024  # stage 6: the same practice games, each exit said one of PHRASINGS' ways
+    phrasing_steps: int = 200
 
 
 QUICK = Budget(demos=16, sft_steps=4, teacher_demos=4, teacher_steps=2, premise_games=4, pilot_steps=2, min_steps=1,
-               tasks_per_step=2, group_size=2, warmup_steps=1, curve_points=1, curve_games=4, test_games=6, max_turns=4)
+               tasks_per_step=2, group_size=2, warmup_steps=1, curve_points=1, curve_games=4, test_games=6, max_turns=4,
+               phrasing_demos=4, phrasing_steps=2)
 PILOT_LRS = (3e-4, 1e-3)  # the controls' lr and a third of it
 
 # arm -> (objective, overrides); "{lr}" and the method's swept keys are filled from frozen.json
@@ -133,8 +142,12 @@ SWEEP: dict[str, list[dict[str, Any]]] = {
     "grpo_opsd": [{"lam": lam} for lam in (0.01, 1.0)],
 }
 SWEEP_ARM = {"sdar": "sdar", "grpo_opsd": "grpo_opsd"}
+# stage 6, SAGE-OPD's "semantically valid alternative": these arms again, from a student that says an exit
+# several ways (the teacher says `go <marker>` only), with the frozen lr and budget
+PHRASED_ARMS = ("opd", "sage_opd")
 DIAGNOSTICS = ("gate_mean", "gate_above_half", "gap_mean", "negative_gap_share", "reverse_kl", "judge_skip_share",
-               "judge_weak_share", "judge_strong_share", "judge_check_share", "confidence_mean", "Z", "kl")
+               "judge_weak_share", "judge_strong_share", "judge_check_share", "judge_alternative_share",
+               "judge_alternative_skip_share", "confidence_mean", "Z", "kl")
 OVER_TIME = ("gate_above_half", "gate_mean", "judge_skip_share", "judge_weak_share", "judge_strong_share")
 
 
@@ -243,6 +256,26 @@ def expert_games(tokenizer, *, families: str | list[str], split: str, seeds, bud
         env.close()
 
 
+def reword(trajectory, rng: random.Random, tokenizer):
+    """The expert's game in other words: every exit taken said one of ``PHRASINGS``' ways, drawn by ``rng``."""
+    from agentkit.envs.registry import env_info
+    from agentkit.envs.vaults_env import PHRASINGS, parse_move
+    from agentkit.rollout.context import encode_data
+
+    render = env_info(ENV_ID).action_format.render
+    turns = []
+    for turn in trajectory.turns:
+        move = parse_move(turn.action or "")
+        if move in (None, "back"):
+            turns.append(turn)
+            continue
+        action = rng.choice(PHRASINGS).format(m=move)
+        ids = encode_data(tokenizer, render(action))
+        turns.append(dataclasses.replace(turn, action=action, response_text=render(action), response_ids=ids,
+                                         response_logprobs=[0.0] * len(ids)))
+    return dataclasses.replace(trajectory, turns=turns)
+
+
 def write_jsonl(path: Path, rows) -> None:
     from agentkit.core.jsonl import TrajectoryWriter
 
@@ -297,6 +330,10 @@ def student_dir(budget: Budget, out: Path) -> Path:
 
 def teacher_dir(budget: Budget, out: Path) -> Path:
     return runs.checkpoint_dir(out / "teacher", budget.teacher_steps)
+
+
+def phrasing_student_dir(budget: Budget, out: Path) -> Path:
+    return runs.checkpoint_dir(out / "phrasings-sft", budget.phrasing_steps)
 
 
 # ---------------------------------------------------------------- evaluation
@@ -387,8 +424,9 @@ def train_and_test(out: Path, stage: str, name: str, budget: Budget) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     spec = json.loads((folder / "spec.json").read_text())
     started = time.perf_counter()
+    student = phrasing_student_dir(budget, out) if stage == "phrasings" else student_dir(budget, out)
     cfg = load(rl_overrides(budget, spec["arm"], spec["settings"], lr=spec["lr"], steps=spec["steps"], seed=spec["seed"],
-                            model=student_dir(budget, out), teacher=teacher_dir(budget, out), bank=out / "bank.yaml",
+                            model=student, teacher=teacher_dir(budget, out), bank=out / "bank.yaml",
                             out=folder / "train"))
     NANO.run_training(cfg)
     train_s = time.perf_counter() - started
@@ -400,7 +438,7 @@ def train_and_test(out: Path, stage: str, name: str, budget: Budget) -> None:
                               for k in DIAGNOSTICS if any(k in m for m in metrics)},
               "over_time": [{"step": m["step"], **{k: m[k] for k in OVER_TIME if k in m}} for m in metrics
                             if any(k in m for k in OVER_TIME)]}
-    if stage == "main":  # test games only here, after frozen.json
+    if stage in ("main", "phrasings"):  # test games only here, after frozen.json
         final = runs.checkpoint_dir(folder / "train", spec["steps"])
         result["test"] = play(budget, final, split="test", games=budget.test_games)
         if spec["arm"] == "skill_grpo":
@@ -497,6 +535,48 @@ def main_grid(args, budget: Budget, out: Path, frozen: dict[str, Any], times: di
     return results
 
 
+def phrasings(args, budget: Budget, out: Path, frozen: dict[str, Any], times: dict[str, float]) -> list[dict[str, Any]]:
+    """OPD and SAGE-OPD from a student that says an exit several ways (stage 6)."""
+    from agentkit.rollout.hf_backend import load_tokenizer
+
+    started = time.perf_counter()
+    demos = out / "phrasings-demos.jsonl"
+    if not demos.exists():  # the stage-1 games (same seeds, same hinted share), each exit reworded
+        tokenizer, bank, rng = load_tokenizer(out / "model-init"), practice_bank(), random.Random(6)
+        games = expert_games(tokenizer, families="practice", split="train", seeds=range(budget.phrasing_demos),
+                             budget=budget)
+        rows = []
+        for game in games:
+            game = reword(game, rng, tokenizer)
+            rows.append(with_skill(game, [f"vaults.{game.task_type}"], bank, tokenizer)
+                        if rng.random() < budget.hinted_share else game)
+        write_jsonl(demos, rows)
+    student = sft(budget, model=student_dir(budget, out), demos=demos, out=out / "phrasings-sft",
+                  steps=budget.phrasing_steps, lr=budget.sft_lr, families="practice")
+    if not (out / "phrasings_start.json").exists():
+        (out / "phrasings_start.json").write_text(json.dumps(play(budget, student, split="test",
+                                                                  games=budget.test_games)))
+    specs = {f"{arm}:seed-{seed}": {"arm": arm, "settings": frozen["methods"].get(METHOD_OF[arm], {}),
+                                    "lr": frozen["lr"], "steps": frozen["steps"], "seed": seed}
+             for seed in args.seeds for arm in PHRASED_ARMS}
+    results = run_all(args, out, "phrasings", specs)
+    times["phrasings"] = times.get("phrasings", 0.0) + time.perf_counter() - started
+    return results
+
+
+def wording(train_dir: Path, step: int) -> dict[str, float] | None:
+    """How the policy said the expert's action in its training episodes of ``step``: the share of
+    turns that took it (as the environment read it), and of those, the share said in other words
+    than the teacher's (the valid alternatives)."""
+    turns = [t for e in NANO.read_jsonl(runs.trajectory_file(train_dir, step)) for t in e["turns"]]
+    if not turns:
+        return None
+    right = [t for t in turns if t["action_valid"] and t.get("expert_action")
+             and t.get("action_read", t["action"]) == t["expert_action"]]
+    return {"expert_action": len(right) / len(turns),
+            "in_other_words": sum(t["action"] != t["expert_action"] for t in right) / max(1, len(right))}
+
+
 def behaviour(train_dir: Path, step: int) -> dict[str, float] | None:
     """What the policy did in its training episodes of ``step`` (sampled at temperature 1): shares of
     episodes whose first action was right, that entered a dead end, that went back out of one, won."""
@@ -529,6 +609,10 @@ def collect(args, budget: Budget, out: Path, times: dict[str, float]) -> dict[st
                                          "last": behaviour(p.parent / "train", r["steps"])}}
                      for p in sorted((out / "main").glob("*/result.json")) for r in [json.loads(p.read_text())]],
             "start_test": read("start_test.json"),
+            "phrasings": [{**r, "wording": {"first": wording(p.parent / "train", 1),
+                                            "last": wording(p.parent / "train", r["steps"])}}
+                          for p in sorted((out / "phrasings").glob("*/result.json")) for r in [json.loads(p.read_text())]],
+            "phrasings_start": read("phrasings_start.json"),
             "times": times}
 
 
@@ -557,6 +641,8 @@ def main(argv: list[str] | None = None) -> int:
         frozen = sweep(args, budget, out, times)
         times_file.write_text(json.dumps(times, indent=1))
         main_grid(args, budget, out, frozen, times)
+        times_file.write_text(json.dumps(times, indent=1))
+        phrasings(args, budget, out, frozen, times)
         times_file.write_text(json.dumps(times, indent=1))
     results = collect(args, budget, out, times)
     (out / "results.json").write_text(json.dumps(results, indent=1))

@@ -77,7 +77,7 @@ def test_quick_grid_runs_every_stage_and_freezes_before_test(tmp_path):
     for r in results["phrasings"]:
         assert len(r["test"]) == run.QUICK.test_games and r["settings"] == results["frozen"]["methods"]["grpo"]
         assert (out / "phrasings" / f"{r['arm']}:seed-0" / "result.json").stat().st_mtime > frozen_at
-        assert r["wording"]["first"] is not None
+        assert r["wording"]["first"] is not None and len(r["by_step"]) == results["frozen"]["steps"]
     assert "judge_alternative_skip_share" in next(r for r in results["phrasings"] if r["arm"] == "sage_opd")["diagnostics"]
     assert len(results["phrasings_start"]) == run.QUICK.test_games
     text = report.read_text()
@@ -146,3 +146,12 @@ def test_reword_says_each_exit_another_way_that_the_env_reads_as_the_same(tiny_m
             assert info["action"] == turn.action and info["action_read"] == old.action and info["action_valid"]
             used.add(turn.action.replace(old.action.split()[1], "{m}"))
     assert used <= set(PHRASINGS) and len(used) >= 4  # several phrasings drawn, not one
+
+
+def test_diagnostics_average_the_skip_share_of_valid_alternatives_only_over_steps_that_had_some():
+    run = _import("run")
+    metrics = [{"step": 1, "judge_alternative_share": 0.1, "judge_alternative_skip_share": 1.0, "Z": 2.0},
+               {"step": 2, "judge_alternative_share": 0.0, "judge_alternative_skip_share": 0.0, "Z": 4.0},  # none
+               {"step": 3, "judge_alternative_share": 0.2, "judge_alternative_skip_share": 0.5, "Z": 3.0}]
+    assert run.diagnostics(metrics) == {"judge_alternative_share": pytest.approx(0.1),
+                                        "judge_alternative_skip_share": 0.75, "Z": 3.0}

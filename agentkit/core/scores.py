@@ -59,7 +59,7 @@ class Judgments:
     def metrics(self) -> dict[str, float]:
         """Label shares over all turns; ``judge_alternative_share``: the share of turns that are
         valid alternatives; ``judge_alternative_skip_share``: of those, the share labelled skip
-        (0 when there are none)."""
+        (only when there are some)."""
         flat = [label for episode in self.labels for label in episode]
         total = max(1, len(flat))
         checked = sum(sum(episode) for episode in self.by_check)
@@ -70,7 +70,8 @@ class Judgments:
         alternative = [label for labels, marks in zip(self.labels, marked, strict=True)
                        for label, mark in zip(labels, marks, strict=True) if mark]
         out["judge_alternative_share"] = len(alternative) / total
-        out["judge_alternative_skip_share"] = alternative.count("skip") / max(1, len(alternative))
+        if alternative:
+            out["judge_alternative_skip_share"] = alternative.count("skip") / len(alternative)
         return out
 
 

@@ -205,9 +205,21 @@ def valid_alternatives(results: dict[str, Any], rng: random.Random) -> list[str]
         lines.append(f"| {arm} | {len(runs)} | {pct(statistics.fmean(statistics.fmean(r['test']) for r in runs))} | "
                      f"{move('expert_action')} | {move('in_other_words')} | {pct(statistics.fmean(skip)) if skip else '-'} |")
     lines += ["", "Training episodes, sampled at temperature 1. *Said in other words*: the share of the turns that took "
-              "the expert's action (as the environment read it) worded otherwise than the teacher's `go <marker>`: OPD "
-              "is expected to push it down (the teacher prefers its own words at every token), SAGE-OPD to leave it "
-              "(it skips those turns).", ""]
+              "the expert's action (as the environment read it) worded otherwise than the teacher's `go <marker>`. "
+              "SAGE-OPD skips such a turn, but its Weak and Strong turns (a wrong exit, an invalid answer) still carry "
+              "OPD's loss on every token, the wording's included. *Labelled Skip*: over the steps that had any.", ""]
+    sage = [r.get("by_step") or [] for r in arms.get("sage_opd", {}).values()]
+    if sage and all(sage):
+        def quarter(key: str, q: int) -> float:
+            last = max(m["step"] for run in sage for m in run)
+            lo, hi = last * q / 4, last * (q + 1) / 4
+            return statistics.fmean(m[key] for run in sage for m in run if lo < m["step"] <= hi and key in m)
+
+        lines += [f"How often the case arises (SAGE-OPD's judge, mean over seeds): valid alternatives were "
+                  f"{pct(quarter('judge_alternative_share', 0))} of turns in the first quarter of training and "
+                  f"{pct(quarter('judge_alternative_share', 3))} in the last; the deterministic check (an action the "
+                  f"environment did not execute: Strong) took {pct(quarter('judge_check_share', 0))} and "
+                  f"{pct(quarter('judge_check_share', 3))}.", ""]
     rows = []
     for name, a, b in (("SAGE-OPD > OPD, from the phrasing student", "sage_opd", "opd"),
                        ("control: OPD > the phrasing student", "opd", "start"),

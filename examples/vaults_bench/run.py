@@ -148,7 +148,8 @@ PHRASED_ARMS = ("opd", "sage_opd")
 DIAGNOSTICS = ("gate_mean", "gate_above_half", "gap_mean", "negative_gap_share", "reverse_kl", "judge_skip_share",
                "judge_weak_share", "judge_strong_share", "judge_check_share", "judge_alternative_share",
                "judge_alternative_skip_share", "confidence_mean", "Z", "kl")
-OVER_TIME = ("gate_above_half", "gate_mean", "judge_skip_share", "judge_weak_share", "judge_strong_share")
+OVER_TIME = ("gate_above_half", "gate_mean", "judge_skip_share", "judge_weak_share", "judge_strong_share",
+             "judge_alternative_share")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -434,8 +435,7 @@ def train_and_test(out: Path, stage: str, name: str, budget: Budget) -> None:
     result = {**spec, "train_s": train_s,
               "curve": [{"step": r["step"], "success_rate": r["success_rate"]}
                         for r in NANO.read_jsonl(runs.eval_file(folder / "train"))],
-              "diagnostics": {k: statistics.fmean(m[k] for m in metrics if k in m)
-                              for k in DIAGNOSTICS if any(k in m for m in metrics)},
+              "diagnostics": diagnostics(metrics),
               "over_time": [{"step": m["step"], **{k: m[k] for k in OVER_TIME if k in m}} for m in metrics
                             if any(k in m for k in OVER_TIME)]}
     if stage in ("main", "phrasings"):  # test games only here, after frozen.json
@@ -445,6 +445,18 @@ def train_and_test(out: Path, stage: str, name: str, budget: Budget) -> None:
             result["test_with_skills"] = play(budget, final, split="test", games=budget.test_games, bank=out / "bank.yaml")
     result["wall_s"] = time.perf_counter() - started
     (folder / "result.json").write_text(json.dumps(result, indent=1))
+
+
+def diagnostics(metrics: list[dict[str, Any]]) -> dict[str, float]:
+    """Each of ``DIAGNOSTICS`` averaged over the steps that logged it; the Skip share of valid
+    alternatives over the steps that had some (a step without any logged 0 before it was left out)."""
+    out = {}
+    for key in DIAGNOSTICS:
+        seen = [m[key] for m in metrics if key in m
+                and (key != "judge_alternative_skip_share" or m.get("judge_alternative_share", 0) > 0)]
+        if seen:
+            out[key] = statistics.fmean(seen)
+    return out
 
 
 def run_all(args: argparse.Namespace, out: Path, stage: str, specs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -577,6 +589,17 @@ def wording(train_dir: Path, step: int) -> dict[str, float] | None:
             "in_other_words": sum(t["action"] != t["expert_action"] for t in right) / max(1, len(right))}
 
 
+def phrasing_record(folder: Path) -> dict[str, Any]:
+    """A stage-6 run's result with its wording at the first and last step and its judge's shares per
+    step, read from the run's own files."""
+    result = json.loads((folder / "result.json").read_text())
+    metrics = NANO.read_jsonl(runs.metrics_file(folder / "train"))
+    return {**result, "diagnostics": diagnostics(metrics),
+            "wording": {"first": wording(folder / "train", 1), "last": wording(folder / "train", result["steps"])},
+            "by_step": [{k: m[k] for k in ("step", "judge_alternative_share", "judge_check_share") if k in m}
+                        for m in metrics]}
+
+
 def behaviour(train_dir: Path, step: int) -> dict[str, float] | None:
     """What the policy did in its training episodes of ``step`` (sampled at temperature 1): shares of
     episodes whose first action was right, that entered a dead end, that went back out of one, won."""
@@ -609,9 +632,7 @@ def collect(args, budget: Budget, out: Path, times: dict[str, float]) -> dict[st
                                          "last": behaviour(p.parent / "train", r["steps"])}}
                      for p in sorted((out / "main").glob("*/result.json")) for r in [json.loads(p.read_text())]],
             "start_test": read("start_test.json"),
-            "phrasings": [{**r, "wording": {"first": wording(p.parent / "train", 1),
-                                            "last": wording(p.parent / "train", r["steps"])}}
-                          for p in sorted((out / "phrasings").glob("*/result.json")) for r in [json.loads(p.read_text())]],
+            "phrasings": [phrasing_record(p.parent) for p in sorted((out / "phrasings").glob("*/result.json"))],
             "phrasings_start": read("phrasings_start.json"),
             "times": times}
 

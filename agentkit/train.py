@@ -608,6 +608,8 @@ def collect(run: Run, step: int, rng: random.Random) -> tuple[list, RolloutStats
             fault_point("rollout", step + 1)  # tests: killed with part of the step written
 
         stats = collector.run(specs, keep)
+        if cfg.env.reset_ahead and step + 1 < cfg.train.steps:  # the next step's resets run while this one trains
+            collector.reset_ahead(episode_specs(cfg.rollout, ranks.shard(step_tasks(cfg.rollout, step + 1))))
         run.backend.reset_prefix_cache()  # the step's episodes are over: kept rows would only hold memory
         run.env_error_streak = collector.consecutive_errors
         trajectories, stats = ranks.gather(played, stats)  # every rank's episodes

@@ -21,7 +21,7 @@ import dataclasses
 import hashlib
 import numbers
 import time
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -337,6 +337,17 @@ class Collector:
             )
 
     # -- the loop ----------------------------------------------------------------------------
+    def _in_flight(self, specs: Iterable[EpisodeSpec]) -> int:
+        """Episodes ``run(specs)`` plays at once: its environment slots are 0 .. this - 1."""
+        return self.max_in_flight or (min(len(specs), AUTO_IN_FLIGHT) if isinstance(specs, Sized) else AUTO_IN_FLIGHT)
+
+    def reset_ahead(self, specs: Sequence[EpisodeSpec]) -> None:
+        """Start the resets of the episodes ``run(specs)`` will start first, in the slots it will give
+        them (``EnvRunner.reset_ahead``): a training loop calls it with the next step's episodes
+        before its update, so they reset while it trains. ``run`` plays the same episodes either way."""
+        for slot, spec in enumerate(specs[: self._in_flight(specs)]):
+            self.envs.reset_ahead(slot, spec.seed)
+
     def run(
         self,
         specs: Iterable[EpisodeSpec],
@@ -351,10 +362,10 @@ class Collector:
         """
         stats = RolloutStats()
         # specs are read lazily: a billion episodes stream through at most ``limit`` at a time
-        limit = self.max_in_flight or (min(len(specs), AUTO_IN_FLIGHT) if isinstance(specs, Sized) else AUTO_IN_FLIGHT)
+        limit = self._in_flight(specs)
         pending = iter(specs)
         upcoming = next(pending, None)
-        free_slots = list(range(limit))[::-1]
+        free_slots = list(range(limit))[::-1]  # the first episodes take slots 0, 1, ... (``reset_ahead``)
         waiting: dict[int, _Episode] = {}  # slot -> episode whose env is busy
         ready: list[_Episode] = []  # episodes with an observation, awaiting generation
         tokenizer = self.backend.tokenizer

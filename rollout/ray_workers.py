@@ -38,7 +38,15 @@ from types import ModuleType
 from typing import Any
 
 from agentkit.envs.protocol import Env
-from agentkit.rollout.workers import RESET_TIMEOUT_S, STEP_TIMEOUT_S, EnvResult, Op, close_all, serve
+from agentkit.rollout.workers import (
+    RESET_TIMEOUT_S,
+    STEP_TIMEOUT_S,
+    EnvResult,
+    Op,
+    ResetsAhead,
+    close_all,
+    serve,
+)
 
 from agentkit.core.errors import ConfigError, MissingDependencyError
 
@@ -136,7 +144,7 @@ def _last_exception(err: Exception) -> str:
     return raised[-1] if raised else lines[0] if lines else type(err).__name__
 
 
-class RayEnvs:
+class RayEnvs(ResetsAhead):
     """Environments in ``num_actors`` Ray actors; slot s lives on actor s % num_actors.
 
     Args:
@@ -203,11 +211,11 @@ class RayEnvs:
             raise
 
     # -- the EnvRunner interface ----------------------------------------------------------------
-    def submit(self, slot: int, op: Op, arg: Any) -> None:
+    def _submit(self, slot: int, op: Op, arg: Any) -> None:
         actor = self._actors[slot % self.num_actors]
         actor.queue.append(_Request(actor.handle.run.remote(slot, op, arg), slot, op, time.perf_counter()))
 
-    def poll(self, timeout: float | None) -> list[EnvResult]:
+    def _poll(self, timeout: float | None) -> list[EnvResult]:
         deadline = None if timeout is None else time.perf_counter() + timeout
         while True:
             self._receive()
@@ -231,7 +239,7 @@ class RayEnvs:
         """Each actor's process id (on its node)."""
         return self._ray.get([actor.pid_ref for actor in self._actors])
 
-    def close(self) -> None:
+    def _close(self) -> None:
         ray = self._ray
         idle = [actor for actor in self._actors if not actor.queue]  # a busy one may be hung: just kill it
         ray.wait([actor.handle.close.remote() for actor in idle], num_returns=len(idle), timeout=10)

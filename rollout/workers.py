@@ -26,7 +26,8 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -71,7 +72,97 @@ class EnvRunner(Protocol):
         """Results that are ready; wait up to ``timeout`` seconds (None: until one is) for the first."""
         ...
 
+    def reset_ahead(self, slot: int, seed: Any) -> None:
+        """Start ``reset(seed=seed)`` in ``slot`` before it is asked for; a later ``submit(slot,
+        "reset", seed)`` takes its result instead of resetting again (``ResetsAhead``)."""
+        ...
+
     def close(self) -> None: ...
+
+
+class ResetsAhead:
+    """Resets started before they are asked for: what every runner here does with ``reset_ahead``.
+
+    A training loop calls ``reset_ahead`` with the next step's first episodes before its update, so
+    those resets run while it trains instead of at the start of the next step: in the worker
+    processes or actors, and for environments in this process, in one background thread (the
+    runner's ``blocking``: its ``_submit`` runs the request before it returns). Nothing but *when*
+    a reset runs changes: ``submit(slot, "reset", seed)`` with the early reset's seed gets that
+    result (its ``elapsed_s`` as measured then, error included); any other request for the slot
+    first waits for the early reset and drops its result.
+
+    A runner implements ``_submit(slot, op, arg)``, ``_poll(timeout)`` and ``_close()``.
+    """
+
+    blocking = False
+
+    def _ahead(self) -> _AheadState:
+        state = self.__dict__.get("_ahead_state")
+        if state is None:
+            state = self.__dict__["_ahead_state"] = _AheadState()
+        return state
+
+    def reset_ahead(self, slot: int, seed: Any) -> None:
+        state = self._ahead()
+        if slot in state.started:  # one early reset per slot at a time
+            return
+        state.started[slot] = seed
+        if self.blocking:
+            if state.thread is None:
+                state.thread = ThreadPoolExecutor(1, thread_name_prefix="agentkit-reset-ahead")
+            state.futures[slot] = state.thread.submit(self._submit, slot, "reset", seed)
+        else:
+            self._submit(slot, "reset", seed)
+
+    def submit(self, slot: int, op: Op, arg: Any) -> None:
+        state = self._ahead()
+        if slot in state.started:
+            seed = state.started.pop(slot)
+            future = state.futures.pop(slot, None)
+            if future is not None:
+                future.result()  # its result is in the runner's queue now
+            if op == "reset" and arg == seed:
+                held = state.held.pop(slot, None)
+                if held is None:
+                    state.claimed.add(slot)  # on its way: poll passes it on
+                else:
+                    state.ready.append(held)
+                return
+            if state.held.pop(slot, None) is None:
+                state.dropped.add(slot)  # on its way: poll drops it
+        self._submit(slot, op, arg)
+
+    def poll(self, timeout: float | None) -> list[EnvResult]:
+        state = self._ahead()
+        out, state.ready = state.ready, []
+        for result in self._poll(0 if out else timeout):
+            early = result.op == "reset"
+            if early and result.slot in state.started:
+                state.held[result.slot] = result  # not asked for yet
+            elif early and result.slot in state.dropped:
+                state.dropped.discard(result.slot)
+            else:
+                state.claimed.discard(result.slot)
+                out.append(result)
+        return out
+
+    def close(self) -> None:
+        state = self._ahead()
+        if state.thread is not None:
+            state.thread.shutdown(wait=True)  # an environment is never closed under a running reset
+            state.thread = None
+        self._close()
+
+
+@dataclass
+class _AheadState:
+    started: dict[int, Any] = field(default_factory=dict)  # slot -> seed, not asked for yet
+    futures: dict[int, Future] = field(default_factory=dict)  # blocking runners: the thread's work
+    held: dict[int, EnvResult] = field(default_factory=dict)  # results of early resets not asked for yet
+    claimed: set[int] = field(default_factory=set)  # asked for before their result came
+    dropped: set[int] = field(default_factory=set)  # early resets whose result is to be dropped
+    ready: list[EnvResult] = field(default_factory=list)  # asked-for results to hand out at the next poll
+    thread: ThreadPoolExecutor | None = None
 
 
 def _run(env: Env, op: Op, arg: Any) -> tuple:
@@ -80,15 +171,18 @@ def _run(env: Env, op: Op, arg: Any) -> tuple:
     return env.step(arg)
 
 
-class InProcessEnvs:
-    """Environments stepped synchronously in this process; results are ready at once."""
+class InProcessEnvs(ResetsAhead):
+    """Environments stepped synchronously in this process; results are ready at once (resets
+    started with ``reset_ahead`` run in a background thread)."""
+
+    blocking = True
 
     def __init__(self, make_env: Callable[[], Env]) -> None:
         self.make_env = make_env
         self._envs: dict[int, Env] = {}
         self._done: deque[EnvResult] = deque()
 
-    def submit(self, slot: int, op: Op, arg: Any) -> None:
+    def _submit(self, slot: int, op: Op, arg: Any) -> None:
         start = time.perf_counter()
         try:
             env = self._envs.get(slot)
@@ -100,9 +194,10 @@ class InProcessEnvs:
             self._discard(slot)  # its state is unknown: the next reset builds a fresh one
         self._done.append(EnvResult(slot, op, value, error, time.perf_counter() - start))
 
-    def poll(self, timeout: float | None) -> list[EnvResult]:
-        done = list(self._done)
-        self._done.clear()
+    def _poll(self, timeout: float | None) -> list[EnvResult]:
+        done = []
+        while self._done:  # the reset-ahead thread may append meanwhile
+            done.append(self._done.popleft())
         return done
 
     def _discard(self, slot: int) -> None:
@@ -113,7 +208,7 @@ class InProcessEnvs:
             except Exception:  # noqa: BLE001 - closing a broken env may fail too
                 pass
 
-    def close(self) -> None:
+    def _close(self) -> None:
         for slot in list(self._envs):
             self._discard(slot)
 
@@ -287,7 +382,7 @@ class _Worker:
         self.process.join(timeout=5)
 
 
-class WorkerPool:
+class WorkerPool(ResetsAhead):
     """Environments in ``num_workers`` processes; slot s lives on worker s % num_workers.
 
     Args:
@@ -315,7 +410,7 @@ class WorkerPool:
         self._done: deque[EnvResult] = deque()
         self.restarts = 0
 
-    def submit(self, slot: int, op: Op, arg: Any) -> None:
+    def _submit(self, slot: int, op: Op, arg: Any) -> None:
         worker = self._workers[slot % self.num_workers]
         request = _Request(next(self._ids), slot, op, time.perf_counter())
         try:
@@ -372,7 +467,7 @@ class WorkerPool:
             nearest = left if nearest is None else min(nearest, left)
         return nearest
 
-    def poll(self, timeout: float | None) -> list[EnvResult]:
+    def _poll(self, timeout: float | None) -> list[EnvResult]:
         deadline = None if timeout is None else time.perf_counter() + timeout
         while True:
             for index in range(self.num_workers):
@@ -399,7 +494,7 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [w.process.pid for w in self._workers]
 
-    def close(self, timeout_s: float = 10.0) -> None:
+    def _close(self, timeout_s: float = 10.0) -> None:
         """Stop the workers: each finishes the request it is serving (requests still queued are
         dropped, as after Ctrl-C) and closes its environments; any still running after
         ``timeout_s`` in all is killed."""

@@ -49,6 +49,28 @@ def faulty(fault: str, max_turns: int = 4):
     return TurnLimit(FaultyEnv(fault), max_turns)
 
 
+class CountingResets:
+    """A real environment (vaults) whose observation after a reset says how many resets this
+    instance has run: a reset run twice shows."""
+
+    def __init__(self) -> None:
+        from agentkit.envs import ActionParser, make
+
+        self.env = make("vaults/vaults-v0", max_turns=3, action_parser=ActionParser(require_match=False))
+        self.resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.resets += 1
+        obs, info = self.env.reset(seed=seed)
+        return f"{obs} [reset {self.resets}]", info
+
+    def step(self, action):
+        return self.env.step(action)
+
+    def close(self):
+        self.env.close()
+
+
 def drain(pool, count, timeout=60.0):
     results, deadline = [], time.time() + timeout
     while len(results) < count and time.time() < deadline:

@@ -11,7 +11,7 @@ import pytest
 from agentkit.envs import ActionParser, make
 from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
 from agentkit.rollout.workers import InProcessEnvs, WorkerPool
-from helpers import KillingBackend, drain, faulty
+from helpers import CountingResets, KillingBackend, drain, faulty
 
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
 
@@ -124,3 +124,97 @@ def test_killing_the_jvm_ends_the_episode_and_the_worker_recovers():
         assert again.error is None and "boil" in again.value[1]["task"].lower()
     finally:
         pool.close()
+
+
+def _vaults(max_turns: int = 3):
+    return make("vaults/vaults-v0", max_turns=max_turns, action_parser=ActionParser(require_match=False))
+
+
+@pytest.mark.parametrize("runner", ["in-process", "workers"])
+def test_a_reset_started_ahead_is_taken_once_and_any_other_request_drops_it(runner):
+    """``reset_ahead``: the early reset's result answers the matching request, nothing else changes."""
+    envs = InProcessEnvs(CountingResets) if runner == "in-process" else WorkerPool(CountingResets, 2)
+    fresh = InProcessEnvs(_vaults)
+    try:
+        envs.reset_ahead(0, 5)
+        envs.reset_ahead(1, 6)
+        envs.reset_ahead(2, 8)
+        time.sleep(0.5)
+        assert envs.poll(timeout=0.5) == []  # done, but not asked for: held
+        envs.submit(0, "reset", 5)  # taken
+        envs.submit(1, "reset", 7)  # another seed: the early reset of 6 is dropped
+        envs.submit(2, "step", "go back")  # not a reset: waits for the early one, then steps after it
+        results = drain(envs, 3)
+        for seed in (5, 7, 8):
+            fresh.submit(seed, "reset", seed)
+        want = {r.slot: r.value for r in fresh.poll(None)}
+        assert [r.op for r in results] == ["reset", "reset", "step"]
+        # slot 0 reset once (its early reset), slot 1 twice (the dropped early reset, then the asked-for one)
+        assert results[0].value == (want[5][0] + " [reset 1]", want[5][1])
+        assert results[1].value == (want[7][0] + " [reset 2]", want[7][1])
+        assert "dead end" in results[2].value[0] or "Nothing happens" in results[2].value[0]
+        envs.submit(0, "step", "go back")  # slot 0 plays on from the reset it was handed
+        assert drain(envs, 1)[0].op == "step"
+        assert envs.poll(timeout=0.5) == []  # nothing left over: every reset ran once
+    finally:
+        envs.close()
+        fresh.close()
+
+
+class _SlowReset:
+    """A real environment whose reset takes a while and records the thread it ran in."""
+
+    threads: list[str] = []
+
+    def __init__(self):
+        self.env = _vaults()
+
+    def reset(self, *, seed=None, options=None):
+        import threading
+
+        _SlowReset.threads.append(threading.current_thread().name)
+        time.sleep(0.3)
+        return self.env.reset(seed=seed)
+
+    def step(self, action):
+        return self.env.step(action)
+
+    def close(self):
+        self.env.close()
+
+
+def test_in_process_resets_ahead_run_off_the_main_thread_while_the_caller_goes_on():
+    envs = InProcessEnvs(_SlowReset)
+    _SlowReset.threads.clear()
+    try:
+        started = time.perf_counter()
+        for slot in range(3):
+            envs.reset_ahead(slot, slot)
+        assert time.perf_counter() - started < 0.2  # the caller did not wait for the three resets
+        for slot in range(3):
+            envs.submit(slot, "reset", slot)
+        assert [r.value[0] for r in envs.poll(None)] == [_vaults().reset(seed=s)[0] for s in range(3)]
+        assert len(_SlowReset.threads) == 3 and all(name.startswith("agentkit-reset-ahead") for name in _SlowReset.threads)
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("runner", ["in-process", "workers"])
+def test_a_collector_plays_the_same_episodes_with_resets_started_ahead(backend, runner):
+    """What the training loop does: the next step's resets start before it runs; its episodes are unchanged."""
+    params = SamplingParams(max_new_tokens=8, seed=5)
+    steps = [[EpisodeSpec(s, k) for s in range(3 * i, 3 * i + 3) for k in range(2)] for i in range(2)]
+    runs = []
+    for ahead in (False, True):
+        envs = InProcessEnvs(_vaults) if runner == "in-process" else WorkerPool(_vaults, 2)
+        collector = Collector(backend, envs, env_id="vaults/vaults-v0", sampling=params, max_in_flight=4,
+                              batch_wait_s=0.0)
+        written = []
+        collector.run(steps[0], written.append)
+        if ahead:
+            collector.reset_ahead(steps[1])
+        collector.run(steps[1], written.append)
+        collector.close()
+        runs.append({t.id: ([turn.response_ids for turn in t.turns], [turn.feedback for turn in t.turns], t.task)
+                     for t in written})
+    assert len(runs[0]) == 12 and runs[0] == runs[1]

@@ -65,6 +65,11 @@ class EnvSettings(Settings):
     reset_timeout: float = Field(300.0, gt=0, json_schema_extra=RUNTIME, description="Seconds an environment reset may take before its worker "
                                  "is restarted and the episode ended (with --env-workers >= 1). Longer than "
                                  "--step-timeout: a first reset may generate a game or start a JVM.")
+    reset_ahead: bool = Field(True, json_schema_extra=RUNTIME,
+                              description="Reset the next training step's first episodes while this step trains "
+                                          "(in the workers, or in a background thread for environments in this "
+                                          "process), not when the next step starts; the episodes are the same "
+                                          "either way. Off for an environment that must be reset on the main thread.")
     max_observation_chars: int = Field(100_000, gt=0, description="The most characters one observation may add to "
                                        "the context (about 25k tokens); an episode whose environment returns a "
                                        "longer one ends there, truncated, with the reason recorded.")

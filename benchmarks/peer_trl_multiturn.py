@@ -204,7 +204,7 @@ def run_agentkit(args, model_dir: Path, work: Path, turns: int) -> dict:
     clock, env_clock = AgentkitClock(), EnvClock()
     cfg = TrainConfig.model_validate({
         "model": str(model_dir), "out": str(work / "agentkit-run"), "seed": args.seed,
-        "env": {"id": ENV_ID, "kwargs": {}, "max_turns": turns, "workers": 0, "reset_ahead": bool(args.reset_ahead)},
+        "env": {"id": ENV_ID, "kwargs": {}, "max_turns": turns, "workers": 0},
         "rollout": {"tasks_per_step": args.tasks_per_step, "group_size": args.group_size},
         "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": args.max_tokens_per_turn},
         "context": {"mode": "chat", "show_admissible": args.show_admissible},
@@ -293,9 +293,6 @@ def main() -> int:
     parser.add_argument("--group-size", type=int, default=8, help="Episodes per game (GRPO group).")
     parser.add_argument("--max-tokens-per-turn", type=int, default=16, help="Most generated tokens per answer.")
     parser.add_argument("--show-admissible", action="store_true", help="List the admissible commands each turn.")
-    parser.add_argument("--reset-ahead", type=int, choices=(0, 1), default=1,
-                        help="agentkit's env.reset_ahead: 1 (its default) resets the next step's games while a step "
-                             "trains; 0 resets them when the step starts (before 2026-12-07).")
     add_run_arguments(parser, steps=2, rounds=2)  # rounds: runs of each side per turn count
     args = parser.parse_args()
 

@@ -26,7 +26,6 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -81,20 +80,18 @@ class EnvRunner(Protocol):
 
 
 class ResetsAhead:
-    """Resets started before they are asked for: what every runner here does with ``reset_ahead``.
+    """Resets started before they are asked for, in runners whose environments live in other
+    processes (worker processes, Ray actors).
 
     A training loop calls ``reset_ahead`` with the next step's first episodes before its update, so
-    those resets run while it trains instead of at the start of the next step: in the worker
-    processes or actors, and for environments in this process, in one background thread (the
-    runner's ``blocking``: its ``_submit`` runs the request before it returns). Nothing but *when*
-    a reset runs changes: ``submit(slot, "reset", seed)`` with the early reset's seed gets that
-    result (its ``elapsed_s`` as measured then, error included); any other request for the slot
-    first waits for the early reset and drops its result.
+    those resets run in the workers while it trains instead of at the start of the next step.
+    Nothing but *when* a reset runs changes: ``submit(slot, "reset", seed)`` with the early reset's
+    seed gets that result (its ``elapsed_s`` as measured then, error included); any other request
+    for the slot queues behind the early reset, whose result is dropped.
 
-    A runner implements ``_submit(slot, op, arg)``, ``_poll(timeout)`` and ``_close()``.
+    A runner implements ``_submit(slot, op, arg)`` (sends the request, does not wait), ``_poll(timeout)``
+    and ``_close()``.
     """
-
-    blocking = False
 
     def _ahead(self) -> _AheadState:
         state = self.__dict__.get("_ahead_state")
@@ -107,20 +104,12 @@ class ResetsAhead:
         if slot in state.started:  # one early reset per slot at a time
             return
         state.started[slot] = seed
-        if self.blocking:
-            if state.thread is None:
-                state.thread = ThreadPoolExecutor(1, thread_name_prefix="agentkit-reset-ahead")
-            state.futures[slot] = state.thread.submit(self._submit, slot, "reset", seed)
-        else:
-            self._submit(slot, "reset", seed)
+        self._submit(slot, "reset", seed)
 
     def submit(self, slot: int, op: Op, arg: Any) -> None:
         state = self._ahead()
         if slot in state.started:
             seed = state.started.pop(slot)
-            future = state.futures.pop(slot, None)
-            if future is not None:
-                future.result()  # its result is in the runner's queue now
             if op == "reset" and arg == seed:
                 held = state.held.pop(slot, None)
                 if held is None:
@@ -147,22 +136,16 @@ class ResetsAhead:
         return out
 
     def close(self) -> None:
-        state = self._ahead()
-        if state.thread is not None:
-            state.thread.shutdown(wait=True)  # an environment is never closed under a running reset
-            state.thread = None
         self._close()
 
 
 @dataclass
 class _AheadState:
     started: dict[int, Any] = field(default_factory=dict)  # slot -> seed, not asked for yet
-    futures: dict[int, Future] = field(default_factory=dict)  # blocking runners: the thread's work
     held: dict[int, EnvResult] = field(default_factory=dict)  # results of early resets not asked for yet
     claimed: set[int] = field(default_factory=set)  # asked for before their result came
     dropped: set[int] = field(default_factory=set)  # early resets whose result is to be dropped
     ready: list[EnvResult] = field(default_factory=list)  # asked-for results to hand out at the next poll
-    thread: ThreadPoolExecutor | None = None
 
 
 def _run(env: Env, op: Op, arg: Any) -> tuple:
@@ -171,18 +154,21 @@ def _run(env: Env, op: Op, arg: Any) -> tuple:
     return env.step(arg)
 
 
-class InProcessEnvs(ResetsAhead):
-    """Environments stepped synchronously in this process; results are ready at once (resets
-    started with ``reset_ahead`` run in a background thread)."""
-
-    blocking = True
+class InProcessEnvs:
+    """Environments stepped synchronously in this process; results are ready at once."""
 
     def __init__(self, make_env: Callable[[], Env]) -> None:
         self.make_env = make_env
         self._envs: dict[int, Env] = {}
         self._done: deque[EnvResult] = deque()
 
-    def _submit(self, slot: int, op: Op, arg: Any) -> None:
+    def reset_ahead(self, slot: int, seed: Any) -> None:
+        """Nothing: here a reset runs when it is asked for. Run early, in a thread, it competes with
+        the training step for the interpreter (measured in benchmarks/RESULTS.md, "Resets ahead":
+        the multi-turn TextWorld peer's 8-turn step 1.67 s -> 2.14 s on 2 cores); worker processes
+        reset ahead."""
+
+    def submit(self, slot: int, op: Op, arg: Any) -> None:
         start = time.perf_counter()
         try:
             env = self._envs.get(slot)
@@ -194,10 +180,9 @@ class InProcessEnvs(ResetsAhead):
             self._discard(slot)  # its state is unknown: the next reset builds a fresh one
         self._done.append(EnvResult(slot, op, value, error, time.perf_counter() - start))
 
-    def _poll(self, timeout: float | None) -> list[EnvResult]:
-        done = []
-        while self._done:  # the reset-ahead thread may append meanwhile
-            done.append(self._done.popleft())
+    def poll(self, timeout: float | None) -> list[EnvResult]:
+        done = list(self._done)
+        self._done.clear()
         return done
 
     def _discard(self, slot: int) -> None:
@@ -208,7 +193,7 @@ class InProcessEnvs(ResetsAhead):
             except Exception:  # noqa: BLE001 - closing a broken env may fail too
                 pass
 
-    def _close(self) -> None:
+    def close(self) -> None:
         for slot in list(self._envs):
             self._discard(slot)
 

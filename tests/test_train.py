@@ -135,13 +135,13 @@ def test_resume_equals_uninterrupted_run(sft_model, tmp_path):
 
 
 def test_resets_started_ahead_change_nothing_but_when_they_run(sft_model, tmp_path):
-    """env.reset_ahead (default on): the next step's games reset while this step trains; the run is
-    the same, episode for episode and weight for weight."""
+    """env.reset_ahead (default on): with env workers, the next step's games reset while this step
+    trains; the run is the same, episode for episode and (to float rounding) weight for weight."""
     from agentkit.core.jsonl import read_trajectories
 
     for name, ahead in (("on", "true"), ("off", "false")):
         train(load_config(None, [*GRPO, f"model={sft_model}", f"out={tmp_path / name}", "train.steps=3",
-                                 f"env.reset_ahead={ahead}"]), show_progress=False)
+                                 "env.workers=2", f"env.reset_ahead={ahead}"]), show_progress=False)
 
     def played(run, step):
         return sorted((t.id, t.task, [(turn.observation, turn.response_ids) for turn in t.turns])
@@ -149,8 +149,10 @@ def test_resets_started_ahead_change_nothing_but_when_they_run(sft_model, tmp_pa
 
     for step in (1, 2, 3):
         assert played(tmp_path / "on", step) == played(tmp_path / "off", step)
+    # with workers, generate calls batch episodes as they come back, so the recorded logprobs (and the
+    # update) agree to float rounding, not bit for bit
     a, b = _params(tmp_path / "on" / "checkpoints" / "step-3"), _params(tmp_path / "off" / "checkpoints" / "step-3")
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
 
 
 def test_half_written_checkpoint_is_never_loaded(sft_model, tmp_path):

@@ -66,10 +66,10 @@ class EnvSettings(Settings):
                                  "is restarted and the episode ended (with --env-workers >= 1). Longer than "
                                  "--step-timeout: a first reset may generate a game or start a JVM.")
     reset_ahead: bool = Field(True, json_schema_extra=RUNTIME,
-                              description="Reset the next training step's first episodes while this step trains "
-                                          "(in the workers, or in a background thread for environments in this "
-                                          "process), not when the next step starts; the episodes are the same "
-                                          "either way. Off for an environment that must be reset on the main thread.")
+                              description="With --env-workers >= 1, reset the next training step's first episodes "
+                                          "in the workers while this step trains, not when the next step starts; "
+                                          "the episodes are the same either way. Environments in this process "
+                                          "reset when their episode starts.")
     max_observation_chars: int = Field(100_000, gt=0, description="The most characters one observation may add to "
                                        "the context (about 25k tokens); an episode whose environment returns a "
                                        "longer one ends there, truncated, with the reason recorded.")

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from agentkit.core import runs
 from agentkit.core.errors import ConfigError, MissingDependencyError
 from agentkit.core.trajectory import Trajectory
 
@@ -246,7 +247,7 @@ class MlflowTracker:
 
     def log_episodes(self, rows: Sequence[EpisodeRow], step: int) -> None:
         table = {column: [getattr(row, column) for row in rows] for column in COLUMNS}
-        self.client.log_table(self.run_id, data=table, artifact_file=f"episodes/step-{step}.json")
+        self.client.log_table(self.run_id, data=table, artifact_file=f"episodes/{runs.step_name(step)}.json")
 
     def close(self) -> None:
         self.client.set_terminated(self.run_id)

@@ -160,3 +160,12 @@ def test_no_import_cycle():
              for component in components(graph)]
     assert not found, ("modules import each other in a circle (move what both need to a module below them, or the "
                        "one that reads both above them):\n" + "\n".join(found))
+
+
+def test_only_the_train_package_imports_the_loop():
+    """The loop is reached as ``agentkit.train``; the async generator, the CLI and the rest never
+    import the loop module itself (nor it them back)."""
+    graph = import_graph()
+    importers = sorted(module for module, targets in graph.items() if "agentkit.train.loop" in targets)
+    assert importers == ["agentkit.train"], importers
+    assert "agentkit.train" not in graph["agentkit.train.loop"] | graph["agentkit.train.run_folder"]

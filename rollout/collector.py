@@ -21,7 +21,7 @@ import dataclasses
 import hashlib
 import numbers
 import time
-from collections.abc import Callable, Iterable, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,6 +191,21 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+CONTEXT_FULL = "context full"  # the error of an episode whose next answer would not fit in the model's context
+
+
+@dataclass(frozen=True)
+class _PendingTurn:
+    """A turn's sampled half, awaiting its environment step."""
+
+    response_ids: list[int]
+    response_logprobs: list[float]
+    response_text: str
+    finish_reason: str
+    generation_s: float
+    policy_version: int | None
+
+
 @dataclass
 class _Episode:
     """Bookkeeping for one episode in flight."""
@@ -207,7 +222,31 @@ class _Episode:
     context: EpisodeContext | None = None  # the prompt so far (the context builder's state)
     new_context: list[int] = field(default_factory=list)  # this turn's new context tokens
     turns: list[Turn] = field(default_factory=list)
-    pending_turn: dict[str, Any] | None = None  # the generation awaiting its env step
+    pending_turn: _PendingTurn | None = None  # the generation awaiting its env step
+
+
+@dataclass
+class _Flight:
+    """One ``run``'s episodes in flight: where each is, and what has been done."""
+
+    pending: Iterator[EpisodeSpec]  # episodes not started yet, read lazily
+    limit: int  # environment slots: 0 .. limit - 1
+    on_trajectory: Callable[[Trajectory], None]
+    progress: Callable[[Trajectory, RolloutStats], None] | None
+    upcoming: EpisodeSpec | None = None  # the next episode to start
+    free_slots: list[int] = field(default_factory=list)
+    waiting: dict[int, _Episode] = field(default_factory=dict)  # slot -> episode whose environment is busy
+    ready: list[_Episode] = field(default_factory=list)  # episodes with an observation, awaiting generation
+    stats: RolloutStats = field(default_factory=RolloutStats)
+    last_generate_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.upcoming = next(self.pending, None)
+        self.free_slots = list(range(self.limit))[::-1]  # popped from the end: slot 0 first
+
+    @property
+    def active(self) -> bool:
+        return self.upcoming is not None or bool(self.waiting) or bool(self.ready)
 
 
 class Collector:
@@ -357,122 +396,133 @@ class Collector:
     ) -> RolloutStats:
         """Play every episode; call ``on_trajectory`` for each as soon as it ends.
 
+        Each pass of the loop: start episodes in the free slots (their resets), take in what the
+        environments answered, wait a little for more when only some episodes are ready, end the
+        episodes whose context is full, generate one batch for the ready ones and send their actions.
+
         Raises ``EnvError`` after ``max_consecutive_errors`` environment errors in a row; the
         episodes still in flight are abandoned, so close the runner (``close()``) then.
         """
-        stats = RolloutStats()
-        # specs are read lazily: a billion episodes stream through at most ``limit`` at a time
-        limit = self._in_flight(specs)
-        pending = iter(specs)
-        upcoming = next(pending, None)
-        free_slots = list(range(limit))[::-1]  # the first episodes take slots 0, 1, ... (``reset_ahead``)
-        waiting: dict[int, _Episode] = {}  # slot -> episode whose env is busy
-        ready: list[_Episode] = []  # episodes with an observation, awaiting generation
-        tokenizer = self.backend.tokenizer
-        params = self.sampling
-        last_generate_s = 0.0
+        # specs are read lazily: a billion episodes stream through at most ``_in_flight`` at a time
+        flight = _Flight(iter(specs), self._in_flight(specs), on_trajectory, progress)
         start = time.perf_counter()
-
-        def finish(ep: _Episode, *, terminated: bool, truncated: bool, error: str | None,
-                   env_error: bool = True) -> None:
-            """``env_error``: whether ``error`` (if any) came from the environment."""
-            free_slots.append(ep.slot)
-            trajectory = self._trajectory(ep, terminated=terminated, truncated=truncated, error=error)
-            stats.add(trajectory)
-            on_trajectory(trajectory)
-            if progress is not None:
-                progress(trajectory, stats)
-            self._count_env_error(error if env_error else None)
-
-        def handle(result: EnvResult) -> None:
-            ep = waiting.pop(result.slot)
-            error = result.error
-            if error is None:
-                problem = env_answer_problem(result.op, result.value, self.max_observation_chars)
-                error = None if problem is None else f"the environment's {result.op}() answer is unusable: {problem}"
-            if result.op == "reset":
-                stats.reset_s += result.elapsed_s
-                if error is not None:
-                    finish(ep, terminated=False, truncated=True, error=error)
-                    return
-                ep.observation, ep.info = result.value
-                ep.task, ep.privileged = ep.info.get("task") or "", ep.info.get("privileged")
-                ep.task_type = task_type_of(ep.info)
-                if self.skills is not None:
-                    ids, ep.skill_text = self.skills(ep.spec, ep.task, ep.info)
-                    ep.skills = list(ids)
-                self._prepare_prompt(ep, first=True)
-                ready.append(ep)
-                return
-            stats.env_s += result.elapsed_s
-            turn = ep.pending_turn
-            if error is not None:
-                obs, reward, terminated, truncated = "", 0.0, False, True
-                info = {**ep.info, "action": None, "action_valid": False, "error": error}
-            else:
-                obs, reward, terminated, truncated, info = result.value
-            ep.turns.append(Turn(
-                observation=ep.observation, context_ids=ep.new_context, action=info.get("action"),
-                action_valid=bool(info.get("action_valid", False)), reward=float(reward), feedback=obs,
-                env_s=result.elapsed_s, error=error, expert_action=_expert_action(ep.info),
-                privileged=ep.info.get("privileged"), action_read=_action_read(info), **turn,
-            ))
-            self.context.end_turn(ep.context, ep.observation, info.get("action") or turn["response_text"].strip(),
-                                  turn["response_ids"])
-            ep.info = info
-            if terminated or truncated:
-                finish(ep, terminated=bool(terminated), truncated=bool(truncated), error=error)
-                return
-            ep.observation = obs
-            self._prepare_prompt(ep, first=False)
-            ready.append(ep)
-
         try:
-            while upcoming is not None or waiting or ready:
-                while upcoming is not None and free_slots:
-                    ep = _Episode(free_slots.pop(), upcoming)
-                    upcoming = next(pending, None)
-                    waiting[ep.slot] = ep
-                    self.envs.submit(ep.slot, "reset", ep.spec.seed)
-                # block for the first result only when there is nothing to generate for
-                for result in self.envs.poll(timeout=0 if ready else None):
-                    handle(result)
-                if waiting and ready:
-                    budget = self.batch_wait_s if self.batch_wait_s is not None else 0.5 * last_generate_s
-                    until = time.perf_counter() + budget
-                    while waiting and time.perf_counter() < until:
-                        for result in self.envs.poll(timeout=until - time.perf_counter()):
-                            handle(result)
-                # an episode whose next answer cannot fit in the model's context ends here
-                for ep in [e for e in ready if len(self._prompt(e)) + params.max_new_tokens > self.backend.max_context]:
-                    ready.remove(ep)
-                    finish(ep, terminated=False, truncated=True, error="context full", env_error=False)
-                if not ready:
-                    continue
-                batch, ready = ready, []
-                seeds = [turn_seed(params.seed, e.spec.seed, e.spec.sample, len(e.turns)) for e in batch]
-                version = self.policy_version() if self.policy_version is not None else None
-                t0 = time.perf_counter()
-                generations = self.backend.generate([self._prompt(e) for e in batch], params, seeds)
-                last_generate_s = time.perf_counter() - t0
-                stats.generate_s += last_generate_s
-                stats.generate_calls += 1
-                for ep, gen in zip(batch, generations, strict=True):
-                    problem = generation_problem(gen, params, self._vocab_size)
-                    if problem is not None:
-                        finish(ep, terminated=False, truncated=True, error=f"the model's answer is unusable: {problem}")
-                        continue
-                    text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-                    ep.pending_turn = {
-                        "response_ids": list(gen.token_ids), "response_logprobs": [float(x) for x in gen.logprobs],
-                        "response_text": text, "finish_reason": gen.finish_reason, "generation_s": last_generate_s,
-                        "policy_version": version,
-                    }
-                    waiting[ep.slot] = ep
-                    self.envs.submit(ep.slot, "step", text)
+            while flight.active:
+                self._start_episodes(flight)
+                self._receive(flight)
+                self._end_full_contexts(flight)
+                if flight.ready:
+                    self._generate(flight)
         finally:
-            stats.wall_s = time.perf_counter() - start
-        return stats
+            flight.stats.wall_s = time.perf_counter() - start
+        return flight.stats
+
+    # -- the loop's steps ----------------------------------------------------------------------
+    def _start_episodes(self, flight: _Flight) -> None:
+        """Reset the next episodes into the free slots (the first ones take slots 0, 1, ...: ``reset_ahead``)."""
+        while flight.upcoming is not None and flight.free_slots:
+            ep = _Episode(flight.free_slots.pop(), flight.upcoming)
+            flight.upcoming = next(flight.pending, None)
+            flight.waiting[ep.slot] = ep
+            self.envs.submit(ep.slot, "reset", ep.spec.seed)
+
+    def _receive(self, flight: _Flight) -> None:
+        """Take in the environments' answers; block for the first only when nothing can be generated,
+        and when some episodes are ready and others are not, wait a little for those (``batch_wait_s``)."""
+        for result in self.envs.poll(timeout=0 if flight.ready else None):
+            self._on_result(flight, result)
+        if flight.waiting and flight.ready:
+            budget = self.batch_wait_s if self.batch_wait_s is not None else 0.5 * flight.last_generate_s
+            until = time.perf_counter() + budget
+            while flight.waiting and time.perf_counter() < until:
+                for result in self.envs.poll(timeout=until - time.perf_counter()):
+                    self._on_result(flight, result)
+
+    def _on_result(self, flight: _Flight, result: EnvResult) -> None:
+        ep = flight.waiting.pop(result.slot)
+        error = result.error
+        if error is None:
+            problem = env_answer_problem(result.op, result.value, self.max_observation_chars)
+            error = None if problem is None else f"the environment's {result.op}() answer is unusable: {problem}"
+        if result.op == "reset":
+            flight.stats.reset_s += result.elapsed_s
+            if error is not None:
+                self._finish(flight, ep, terminated=False, truncated=True, error=error)
+                return
+            ep.observation, ep.info = result.value
+            ep.task, ep.privileged = ep.info.get("task") or "", ep.info.get("privileged")
+            ep.task_type = task_type_of(ep.info)
+            if self.skills is not None:
+                ids, ep.skill_text = self.skills(ep.spec, ep.task, ep.info)
+                ep.skills = list(ids)
+            self._prepare_prompt(ep, first=True)
+            flight.ready.append(ep)
+            return
+        flight.stats.env_s += result.elapsed_s
+        turn = ep.pending_turn
+        if error is not None:
+            obs, reward, terminated, truncated = "", 0.0, False, True
+            info = {**ep.info, "action": None, "action_valid": False, "error": error}
+        else:
+            obs, reward, terminated, truncated, info = result.value
+        ep.turns.append(Turn(
+            observation=ep.observation, context_ids=ep.new_context, action=info.get("action"),
+            action_valid=bool(info.get("action_valid", False)), reward=float(reward), feedback=obs,
+            env_s=result.elapsed_s, error=error, expert_action=_expert_action(ep.info),
+            privileged=ep.info.get("privileged"), action_read=_action_read(info), **vars(turn),
+        ))
+        self.context.end_turn(ep.context, ep.observation, info.get("action") or turn.response_text.strip(),
+                              turn.response_ids)
+        ep.info = info
+        if terminated or truncated:
+            self._finish(flight, ep, terminated=bool(terminated), truncated=bool(truncated), error=error)
+            return
+        ep.observation = obs
+        self._prepare_prompt(ep, first=False)
+        flight.ready.append(ep)
+
+    def _end_full_contexts(self, flight: _Flight) -> None:
+        """An episode whose next answer cannot fit in the model's context ends here (not an environment error)."""
+        room = self.backend.max_context - self.sampling.max_new_tokens
+        for ep in [e for e in flight.ready if len(self._prompt(e)) > room]:
+            flight.ready.remove(ep)
+            self._finish(flight, ep, terminated=False, truncated=True, error=CONTEXT_FULL, env_error=False)
+
+    def _generate(self, flight: _Flight) -> None:
+        """One batched generate call for every ready episode; each answer goes to its environment."""
+        params, stats = self.sampling, flight.stats
+        batch, flight.ready = flight.ready, []
+        seeds = [turn_seed(params.seed, e.spec.seed, e.spec.sample, len(e.turns)) for e in batch]
+        version = self.policy_version() if self.policy_version is not None else None
+        t0 = time.perf_counter()
+        generations = self.backend.generate([self._prompt(e) for e in batch], params, seeds)
+        flight.last_generate_s = time.perf_counter() - t0
+        stats.generate_s += flight.last_generate_s
+        stats.generate_calls += 1
+        for ep, gen in zip(batch, generations, strict=True):
+            problem = generation_problem(gen, params, self._vocab_size)
+            if problem is not None:
+                self._finish(flight, ep, terminated=False, truncated=True, error=f"the model's answer is unusable: {problem}")
+                continue
+            text = self.backend.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+            ep.pending_turn = _PendingTurn(
+                response_ids=list(gen.token_ids), response_logprobs=[float(x) for x in gen.logprobs],
+                response_text=text, finish_reason=gen.finish_reason, generation_s=flight.last_generate_s,
+                policy_version=version)
+            flight.waiting[ep.slot] = ep
+            self.envs.submit(ep.slot, "step", text)
+
+    def _finish(self, flight: _Flight, ep: _Episode, *, terminated: bool, truncated: bool, error: str | None,
+                env_error: bool = True) -> None:
+        """The episode ended: free its slot, record it, hand it on. ``env_error``: whether ``error``
+        (if any) came from the environment (``max_consecutive_errors`` counts only those)."""
+        flight.free_slots.append(ep.slot)
+        trajectory = self._trajectory(ep, terminated=terminated, truncated=truncated, error=error)
+        flight.stats.add(trajectory)
+        flight.on_trajectory(trajectory)
+        if flight.progress is not None:
+            flight.progress(trajectory, flight.stats)
+        self._count_env_error(error if env_error else None)
 
     def close(self) -> None:
         self.envs.close()

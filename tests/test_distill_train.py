@@ -128,7 +128,7 @@ def test_sdar_on_alfworld(tiny_model_dir, tmp_path):
     assert all(t.skills and all(s.startswith("alf.") for s in t.skills) for t in trajectories)
     from agentkit.envs.alfworld_env import TASK_TYPES
 
-    from agentkit.view import collect
+    from agentkit.report.view import collect
 
     assert all(t.task_type in TASK_TYPES for t in trajectories)  # recorded from the env's info
     assert {e["type"] for e in collect(out)["episodes"]} == {t.task_type for t in trajectories}  # the viewer's filter

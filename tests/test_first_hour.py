@@ -123,7 +123,7 @@ def write_run(folder: Path, metrics: list[dict], evals: list[dict]) -> Path:
 def test_plot_one_colour_per_run_and_demonstrations_apart(tmp_path):
     from matplotlib.colors import to_hex
 
-    from agentkit.plots import DEMOS, figure, plot_runs
+    from agentkit.report.plots import DEMOS, figure, plot_runs
 
     # run "sft": two steps on demonstrations (the expert's 100%), then two on its own rollouts;
     # run "grpo" has a metric the other lacks, so its series is first in that panel

@@ -19,7 +19,7 @@ import yaml
 
 from agentkit.core.errors import ConfigError, MissingDependencyError
 from agentkit.core.jsonl import read_trajectories
-from agentkit.trackers import BACKENDS, COLUMNS, EVAL_NOT_METRICS, check_installed, flatten
+from agentkit.report.trackers import BACKENDS, COLUMNS, EVAL_NOT_METRICS, check_installed, flatten
 
 SETTINGS = ["env.id=vaults/vaults-v0", "env.kwargs.families=amber", "env.max_turns=3", "rollout.tasks_per_step=2",
             "rollout.group_size=2", "sampling.max_new_tokens=12", "eval.every=1", "eval.episodes=2",
@@ -301,7 +301,7 @@ def test_a_table_row_opens_its_episode_in_the_report(run, tmp_path, monkeypatch,
     """A row's file holds its episode, and its view command writes the report and prints the link
     whose address names that episode, which the report holds."""
     from agentkit.cli import main
-    from agentkit.view import collect
+    from agentkit.report.view import collect
 
     _needs("tensorboard")
     row = _text(_tensorboard(run / "tensorboard"), "episodes")[2].splitlines()[2]

@@ -187,7 +187,7 @@ def test_an_episode_address_opens_that_episode(sdar_run, tmp_path, browser):
     give it) opens that episode; picking another puts its address in the location bar."""
     from selenium.webdriver.common.by import By
 
-    from agentkit.view import episode_anchor
+    from agentkit.report.view import episode_anchor
 
     report = tmp_path / "report.html"
     assert run_cli("view", str(sdar_run), "--out", str(report)).returncode == 0
@@ -249,7 +249,7 @@ def test_the_embedded_data_holds_no_markup_and_reads_back():
     nothing can end its element or enter the double-escaped state of ``<!--<script``), and the data
     JSON-decodes back to the originals. The title is filled in the same pass, so a ``__DATA__`` in
     the path stays text."""
-    from agentkit.view import render
+    from agentkit.report.view import render
 
     data = {"source": "runs/<!--<script>/</title>/__DATA__.jsonl", "truncated": False, "max_episodes": 10, "tokenizer": None,
             "episodes": [{"id": f"e{i}", "task": text, "turns": [{"observation": text, "response_text": text}]}

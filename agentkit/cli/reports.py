@@ -44,7 +44,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from agentkit.plots import plot_runs
+    from agentkit.report.plots import plot_runs
 
     for run in args.runs:
         if not runs.metrics_file(Path(run)).exists():
@@ -54,7 +54,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from agentkit.view import write_report
+    from agentkit.report.view import write_report
 
     if args.max_episodes <= 0:
         raise ConfigError(f"--max-episodes must be positive, got {args.max_episodes}.")
@@ -62,7 +62,7 @@ def cmd_view(args: argparse.Namespace) -> int:
                                  episode=args.episode)
     print(f"wrote {out} ({episodes} episodes); open it in a browser")
     if args.episode is not None:
-        from agentkit.view import episode_anchor
+        from agentkit.report.view import episode_anchor
 
         print(f"episode {args.episode}: {out.resolve().as_uri()}#{episode_anchor(args.episode)}")
     return 0

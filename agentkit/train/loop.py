@@ -87,6 +87,7 @@ from agentkit.lora import BaseView
 from agentkit.objectives import Capabilities, policy_logprobs
 from agentkit.objectives.common import off_policy_correction
 from agentkit.policy import engine_sync, load_policy, policy_backend, samples_policy_itself
+from agentkit.report.trackers import Trackers, open_trackers
 from agentkit.rollout import EpisodeSpec
 from agentkit.rollout.collector import RolloutStats
 from agentkit.rollout.export import read_source
@@ -100,7 +101,6 @@ from agentkit.rollout.run import (
 from agentkit.scoring import build_teacher_and_judge, score_step
 from agentkit.signals import episode_signals
 from agentkit.skill_credit import skill_credits
-from agentkit.trackers import Trackers, open_trackers
 from agentkit.train.run_folder import NothingToDo, append_jsonl, prepare_run, truncate_jsonl, write_jsonl
 from agentkit.train_config import TrainConfig
 from agentkit.update import step_lr, update
@@ -587,7 +587,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
         bar.close()
         run.close()
     if ranks.is_main:
-        from agentkit.plots import plot_runs
+        from agentkit.report.plots import plot_runs
 
         plot_runs([run.run_dir], run.run_dir / "curves.png")
     ranks.barrier()

@@ -83,7 +83,7 @@ def _cut(text: str) -> str:
 
 def episode_row(trajectory: Trajectory, *, step: int, file: Path) -> EpisodeRow:
     """The table row of ``trajectory``, which ``file`` holds (named by its absolute path)."""
-    from agentkit.view import view_command
+    from agentkit.report.view import view_command
 
     file = file.resolve()
     responses = "\n".join(f"turn {i}: {turn.response_text}" for i, turn in enumerate(trajectory.turns, start=1))

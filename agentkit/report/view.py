@@ -17,7 +17,7 @@ response text is shown whole).
 An episode has an address in the report: ``report.html#episode=ID`` (``&step=N`` in a run's report),
 ID the trajectory's id, URL-encoded (``episode_anchor``). Opening it shows that episode; picking
 an episode puts its address in the location bar. ``agentkit view SOURCE --episode ID`` prints it.
-The episode tables of the experiment trackers (``agentkit.trackers``) carry that command.
+The episode tables of the experiment trackers (``agentkit.report.trackers``) carry that command.
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ function drawList() {
   $("list").innerHTML = rows.join("");
 }
 $("list").addEventListener("click", ev => { const el = ev.target.closest(".ep"); if (el) { current = shown[+el.dataset.i]; drawList(); drawEpisode(); history.replaceState(null, "", "#" + anchorOf(current)); } });
-// an episode's address: #episode=ID (URL-encoded) and, in a run's report, &step=N (agentkit.view.episode_anchor)
+// an episode's address: #episode=ID (URL-encoded) and, in a run's report, &step=N (agentkit.report.view.episode_anchor)
 function anchorOf(e) { return "episode=" + encodeURIComponent(e.id) + (e.step != null ? "&step=" + e.step : ""); }
 function openAnchor() {
   const params = new URLSearchParams(location.hash.slice(1)), id = params.get("episode"), step = params.get("step");

@@ -64,7 +64,7 @@ EXTRA_FAMILIES = {"textworld": "textworld", "alfworld": "alfworld", "scienceworl
 _TW = "agentkit.envs.textworld_env:TextWorldEnv"
 _TEXTWORLD = {"splits": ("train", "eval"), "requires": ("textworld",), "extra": "textworld"}
 _SEARCH = {"splits": ("train", "eval"), "requires": ("bm25s",), "extra": "search"}
-_WEBSHOP = "agentkit.envs.webshop_env:WebShopEnv"
+_WEBSHOP = "agentkit.envs.webshop.env:WebShopEnv"
 # ids are textarena/<TextArena's own id>; max_turns is TextArena's own turn limit for the game
 _TA = "agentkit.envs.textarena_env:TextArenaEnv"
 _TEXTARENA = {"action_format": BRACKET_ACTION_TAG, "requires": ("textarena",), "extra": "textarena"}
@@ -84,7 +84,7 @@ _BUILTINS: dict[str, EnvSpec] = {
     "textworld/cooking-v0": EnvSpec(_TW, {"challenge": "tw-cooking"}, max_turns=8, **_TEXTWORLD,
                                     description="TextWorld Cooking (recipe, take, go, open, cook, cut, drop)"),
     "alfworld/alfworld-v0": EnvSpec(
-        "agentkit.envs.alfworld_env:AlfWorldEnv", max_turns=20, splits=("train", "eval_in", "eval_out"),
+        "agentkit.envs.alfworld.env:AlfWorldEnv", max_turns=20, splits=("train", "eval_in", "eval_out"),
         eval_split="eval_in", requires=("textworld", "alfworld", "textworld.envs.pddl"), extra="alfworld",
         description="ALFWorld household tasks, generated offline (or the official games via ALFWORLD_DATA)"),
     "scienceworld/scienceworld-v0": EnvSpec(
@@ -93,7 +93,7 @@ _BUILTINS: dict[str, EnvSpec] = {
         nondeterministic=True,  # its observations list a room's objects in an order that varies between loads
         description="ScienceWorld's 30 science tasks (tasks, simplifications; needs Java)"),
     "search-qa/generated-v0": EnvSpec(
-        "agentkit.envs.search_qa_env:SearchQAEnv", max_turns=8, action_format=SEARCH_ANSWER, **_SEARCH,
+        "agentkit.envs.search_qa.env:SearchQAEnv", max_turns=8, action_format=SEARCH_ANSWER, **_SEARCH,
         description="Search-R1-style QA over a generated corpus (retriever bm25s|pyserini|http)"),
     "webshop/generated-v0": EnvSpec(
         _WEBSHOP, {"source": "generated"}, max_turns=10, **_SEARCH,

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("alfworld", reason="needs the alfworld extra")
 
 from agentkit.envs import check_env  # noqa: E402
-from agentkit.envs.alfworld_env import AlfWorldEnv  # noqa: E402
-from agentkit.envs.alfworld_gen import (  # noqa: E402
+from agentkit.envs.alfworld.env import AlfWorldEnv  # noqa: E402
+from agentkit.envs.alfworld.gen import (  # noqa: E402
     HELD_OUT_FLOOR_PLANS,
     TASK_TYPES,
     floor_plans,
@@ -181,7 +181,7 @@ def test_eval_out_floor_plans_are_held_out(task_type):
 
 
 def test_an_unsolved_game_is_drawn_again_with_the_next_attempt(tmp_path):
-    from agentkit.envs.alfworld_env import _Engine
+    from agentkit.envs.alfworld.env import _Engine
 
     engine = _Engine()
     attempts = []

@@ -126,7 +126,7 @@ def test_sdar_on_alfworld(tiny_model_dir, tmp_path):
     assert {"gate_mean", "negative_gap_share"} <= set(m)
     trajectories = read_trajectories(out / "trajectories" / "step-1.jsonl")
     assert all(t.skills and all(s.startswith("alf.") for s in t.skills) for t in trajectories)
-    from agentkit.envs.alfworld_env import TASK_TYPES
+    from agentkit.envs.alfworld.env import TASK_TYPES
 
     from agentkit.report.view import collect
 

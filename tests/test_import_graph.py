@@ -23,7 +23,11 @@ def installed_modules() -> dict[str, Path]:
     folders = setuptools.get("package-dir", {})
     modules = {}
     for package in setuptools["packages"]:
-        folder = ROOT / folders.get(package, package.replace(".", "/"))
+        # the longest mapped prefix gives the folder, as setuptools reads package-dir: agentkit.envs.webshop -> envs/webshop
+        parent = max((p for p in folders if package == p or package.startswith(p + ".")), key=len, default=None)
+        folder = ROOT / (package.replace(".", "/") if parent is None
+                         else folders[parent] + package[len(parent):].replace(".", "/"))
+        assert folder.is_dir(), f"pyproject lists {package}, but {folder} is no folder"
         for path in folder.glob("*.py"):
             modules[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
     return modules
@@ -169,3 +173,10 @@ def test_only_the_train_package_imports_the_loop():
     importers = sorted(module for module, targets in graph.items() if "agentkit.train.loop" in targets)
     assert importers == ["agentkit.train"], importers
     assert "agentkit.train" not in graph["agentkit.train.loop"] | graph["agentkit.train.run_folder"]
+
+
+def test_every_package_folder_is_installed():
+    """A folder of ours with an ``__init__.py`` that pyproject does not list would be missing from an install."""
+    listed = {path.parent for path in installed_modules().values()}
+    for init in [*ROOT.glob("agentkit/**/__init__.py"), *ROOT.glob("envs/**/__init__.py")]:
+        assert init.parent in listed, f"{init.parent} is a package that pyproject.toml's packages do not list"

@@ -180,7 +180,7 @@ def test_textworld_step_fuzz(textworld_env, text):
 @pytest.mark.parametrize("text", list(HOSTILE_OUTPUTS.values()), ids=list(HOSTILE_OUTPUTS))
 def test_search_qa_step_on_hostile_outputs(search_qa_env, text):
     # Search-QA reads the whole response itself (<search>/<answer>); the collector adds no parser
-    from agentkit.envs.search_qa_env import parse_action
+    from agentkit.envs.search_qa.env import parse_action
 
     search_qa_env.reset(seed=0)
     obs, reward, terminated, truncated, info = search_qa_env.step(text)

@@ -35,7 +35,7 @@ from agentkit.core.errors import ConfigError, EnvError, MissingDependencyError
 
 pytest.importorskip("bm25s", reason="needs the search extra (bm25s)")
 
-from agentkit.envs.search_qa_corpus import (  # noqa: E402
+from agentkit.envs.search_qa.corpus import (  # noqa: E402
     CORPUS_FILE,
     EVAL_FILE,
     META_FILE,
@@ -45,7 +45,7 @@ from agentkit.envs.search_qa_corpus import (  # noqa: E402
     read_qa,
     write_corpus,
 )
-from agentkit.envs.search_qa_env import (  # noqa: E402
+from agentkit.envs.search_qa.env import (  # noqa: E402
     MAX_QUERY_CHARS,
     SearchQAEnv,
     exact_match,
@@ -53,7 +53,7 @@ from agentkit.envs.search_qa_env import (  # noqa: E402
     parse_action,
     token_f1,
 )
-from agentkit.envs.search_qa_retrieval import (  # noqa: E402
+from agentkit.envs.search_qa.retrieval import (  # noqa: E402
     BM25sRetriever,
     HttpRetriever,
     Passage,
@@ -64,7 +64,7 @@ from agentkit.envs.search_qa_retrieval import (  # noqa: E402
     lucene_escape,
     lucene_query,
 )
-from agentkit.envs.search_qa_server import RetrievalServer  # noqa: E402
+from agentkit.envs.search_qa.server import RetrievalServer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def expert_rates(env, seeds) -> dict[str, tuple[int, int, int]]:
 
 def test_corpus_is_deterministic_across_processes(tmp_path):
     write_corpus(tmp_path / "a", seed=5, num_passages=300)
-    script = "import sys; from agentkit.envs.search_qa_corpus import write_corpus; write_corpus(sys.argv[1], seed=5, num_passages=300)"
+    script = "import sys; from agentkit.envs.search_qa.corpus import write_corpus; write_corpus(sys.argv[1], seed=5, num_passages=300)"
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "b")], check=True, env={**os.environ, "PYTHONHASHSEED": "12345"})
     for name in (CORPUS_FILE, TRAIN_FILE, EVAL_FILE, META_FILE):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
@@ -336,7 +336,7 @@ def test_observations_info_and_expert_plan_follow_the_state(eval_env):
 def test_made_through_the_registry_escape_hatch_with_wrappers(corpus_dir):
     from agentkit.envs import make
 
-    env = make("agentkit.envs.search_qa_env:SearchQAEnv", split="eval", max_turns=3)
+    env = make("agentkit.envs.search_qa.env:SearchQAEnv", split="eval", max_turns=3)
     try:
         assert type(env.unwrapped) is SearchQAEnv
         check_env(env)
@@ -553,7 +553,7 @@ def numpy_int(value: int):
 
 
 def test_server_runs_as_a_program(corpus_dir):
-    command = [sys.executable, "-m", "agentkit.envs.search_qa_server", "--port", "0", "--topk", "2"]
+    command = [sys.executable, "-m", "agentkit.envs.search_qa.server", "--port", "0", "--topk", "2"]
     # Ctrl-C as a shell delivers it: SIGINT at its default disposition in the server, whatever the
     # test process inherited or set (a child inherits an ignored SIGINT, and Python then keeps ignoring it)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
@@ -798,7 +798,7 @@ def test_pyserini_escaping_agrees_with_lucene(lucene_env, corpus_dir):
 
 @needs_pyserini
 def test_pyserini_index_is_cached_and_env_vars_do_not_leak(lucene_env, corpus_dir):
-    from agentkit.envs.search_qa_retrieval import PyseriniRetriever
+    from agentkit.envs.search_qa.retrieval import PyseriniRetriever
 
     marker = corpus_dir / f"{CORPUS_FILE}.lucene" / "agentkit-index.json"
     before = marker.stat().st_mtime_ns

@@ -289,7 +289,7 @@ def test_checkpoints_hold_only_safe_formats(tiny_model_dir, tmp_path):
                                  "http://user:pw@127.0.0.1:8000"])
 def test_the_search_env_takes_only_http_retriever_urls(url):
     pytest.importorskip("bm25s")
-    from agentkit.envs.search_qa_env import SearchQAEnv
+    from agentkit.envs.search_qa.env import SearchQAEnv
 
     with pytest.raises(ConfigError, match="http"):
         SearchQAEnv(split="eval", retriever="http", retriever_url=url)
@@ -303,8 +303,8 @@ def test_lucene_syntax_is_plain_words_for_bm25s_and_over_http(tmp_path):
     """Model text full of Lucene operators searches like plain words: the embedded bm25s index and
     our retrieval server answer it without error, and a query's operators do not change its hits."""
     pytest.importorskip("bm25s")
-    from agentkit.envs.search_qa_retrieval import BM25sRetriever, HttpRetriever, lucene_query
-    from agentkit.envs.search_qa_server import RetrievalServer
+    from agentkit.envs.search_qa.retrieval import BM25sRetriever, HttpRetriever, lucene_query
+    from agentkit.envs.search_qa.server import RetrievalServer
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"id": "a", "title": "Osra", "text": "Osra was born in Tallinn."}\n'

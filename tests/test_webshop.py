@@ -21,7 +21,7 @@ from agentkit.core.errors import ConfigError, EnvError, MissingDependencyError
 
 pytest.importorskip("bm25s", reason="needs the search extra (bm25s)")
 
-from agentkit.envs.webshop_catalog import (  # noqa: E402
+from agentkit.envs.webshop.catalog import (  # noqa: E402
     CORPUS_FILE,
     META_FILE,
     PRODUCTS_FILE,
@@ -29,8 +29,8 @@ from agentkit.envs.webshop_catalog import (  # noqa: E402
     generated_dir,
     read_catalog,
 )
-from agentkit.envs.webshop_env import SEARCH_PLACEHOLDER, WebShopEnv, parse_action  # noqa: E402
-from agentkit.envs.webshop_reward import (  # noqa: E402
+from agentkit.envs.webshop.env import SEARCH_PLACEHOLDER, WebShopEnv, parse_action  # noqa: E402
+from agentkit.envs.webshop.reward import (  # noqa: E402
     FUZZY_THRESHOLD,
     normalize_color,
     ratio,
@@ -155,7 +155,7 @@ def test_catalog_is_deterministic_across_processes(tmp_path):
     assert generate(seed=3, num_products=SMALL) == first
     assert generate(seed=4, num_products=SMALL).products != first.products
     script = ("import sys, os; os.environ['AGENTKIT_CACHE'] = sys.argv[1]; "
-              "from agentkit.envs.webshop_catalog import generated_dir; print(generated_dir(3, 400))")
+              "from agentkit.envs.webshop.catalog import generated_dir; print(generated_dir(3, 400))")
     folders = []
     for name, hash_seed in (("a", "1"), ("b", "999")):
         out = subprocess.run([sys.executable, "-c", script, str(tmp_path / name)], check=True, capture_output=True,
@@ -482,7 +482,7 @@ def _original_files(folder: Path) -> Path:
 
 
 def test_original_files_load_and_play(tmp_path):
-    from agentkit.envs.webshop_original import load_original
+    from agentkit.envs.webshop.original import load_original
 
     data_dir = _original_files(tmp_path / "data")
     products, splits = load_original(data_dir, "human")
@@ -591,7 +591,7 @@ def test_cli_lists_checks_and_rolls_out(tiny_model_dir, catalog_dir, tmp_path):
 @pytest.mark.java
 def test_expert_wins_with_lucene(catalog_dir):
     pytest.importorskip("pyserini", reason="needs pyserini (pip install 'agentkit[pyserini]') and Java 21+")
-    from agentkit.envs.search_qa_retrieval import find_java_home
+    from agentkit.envs.search_qa.retrieval import find_java_home
 
     try:
         find_java_home()

@@ -4,7 +4,7 @@
 official data is found), seeds cycle through the chosen task types in ``TASK_TYPES`` order: seed
 ``s`` is game ``s // n`` of task type ``s % n`` (``n`` task types), so the games of one task type
 are the same whichever other types are chosen. Games are generated on first use by
-``agentkit.envs.alfworld_gen`` (see there for how, and for the splits) and cached under
+``agentkit.envs.alfworld.gen`` (see there for how, and for the splits) and cached under
 ``$AGENTKIT_CACHE/alfworld``. With the official data (``ALFWORLD_DATA`` holding
 ``json_2.1.1/{train,valid_seen,valid_unseen,valid_train}``), seed ``s`` plays the ``s % N``-th of the
 split's ``N`` games of the chosen task types, sorted by path, skipping what ALFWorld skips (movable
@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from agentkit.envs.alfworld_gen import (
+from agentkit.envs.alfworld.gen import (
     SEEDS_PER_SPLIT,
     SPLIT_ALIASES,
     SPLITS,

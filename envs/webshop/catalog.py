@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agentkit.envs.search_qa_corpus import _Names, _Rng, contents_of
-from agentkit.envs.webshop_reward import FUZZY_THRESHOLD, normalize_color, token_set_ratio
+from agentkit.envs.search_qa.corpus import _Names, _Rng, contents_of
+from agentkit.envs.webshop.reward import FUZZY_THRESHOLD, normalize_color, token_set_ratio
 
 from agentkit.core.errors import ConfigError
 from agentkit.core.paths import build_folder_once, cache_dir

@@ -12,7 +12,7 @@ original's two verbs (the model writes them inside ``<action>...</action>``):
   or reviews page ``< Prev`` (back to the product) and ``Back to Search``. Buttons match without
   regard to case, as in the original (which lowercases both sides).
 
-``Buy Now`` ends the episode with the original's reward (``agentkit.envs.webshop_reward``), the
+``Buy Now`` ends the episode with the original's reward (``agentkit.envs.webshop.reward``), the
 episode's only non-zero reward; ``info["score"]`` is it, ``info["won"]`` is score == 1 and
 ``info["reward_components"]`` holds its parts. Choosing a value of an option replaces the earlier
 choice of that option; opening a product starts with no options chosen.
@@ -38,8 +38,8 @@ from typing import Any
 
 from agentkit.envs.gym import TextEnv
 from agentkit.envs.protocol import task_index
-from agentkit.envs.search_qa_retrieval import Retriever, make_retriever
-from agentkit.envs.webshop_catalog import (
+from agentkit.envs.search_qa.retrieval import Retriever, make_retriever
+from agentkit.envs.webshop.catalog import (
     CORPUS_FILE,
     DEFAULT_NUM_PRODUCTS,
     GENERATED_SPLITS,
@@ -48,7 +48,7 @@ from agentkit.envs.webshop_catalog import (
     generated_dir,
     read_catalog,
 )
-from agentkit.envs.webshop_reward import FUZZY_THRESHOLD, normalize_color, reward, token_set_ratio
+from agentkit.envs.webshop.reward import FUZZY_THRESHOLD, normalize_color, reward, token_set_ratio
 
 from agentkit.core.errors import ConfigError, EnvError, MissingDependencyError, did_you_mean
 
@@ -132,7 +132,7 @@ class WebShopEnv(TextEnv):
                 raise ConfigError(f"split must be one of {list(GENERATED_SPLITS)} for the generated catalog, got {split!r}.")
             folder = generated_dir(catalog_seed, num_products)
         else:
-            from agentkit.envs.webshop_original import ORIGINAL_SPLITS, original_dir
+            from agentkit.envs.webshop.original import ORIGINAL_SPLITS, original_dir
 
             data_dir = data_dir or os.environ.get(DATA_ENV_VAR)
             if not data_dir:

@@ -11,7 +11,7 @@
   or boolean operators.
 - ``http``: a client for the Search-R1 retrieval server API: ``POST {url}/retrieve`` with
   ``{"queries": [...], "topk": k, "return_scores": true}`` answered by ``{"result": [[{"document":
-  {"id", "contents"}, "score"}, ...], ...]}``. ``agentkit.envs.search_qa_server`` serves our own
+  {"id", "contents"}, "score"}, ...], ...]}``. ``agentkit.envs.search_qa.server`` serves our own
   indexes in that API.
 
 Every backend returns, per query, at most ``k`` passages with a positive score, best first; a
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from agentkit.envs.search_qa_corpus import contents_of, read_corpus_records, split_title
+from agentkit.envs.search_qa.corpus import contents_of, read_corpus_records, split_title
 
 from agentkit.core.errors import ConfigError, EnvError, MissingDependencyError, did_you_mean
 from agentkit.core.paths import cache_dir

@@ -32,7 +32,7 @@ from typing import Any
 
 from agentkit.envs.gym import TextEnv
 from agentkit.envs.protocol import task_index
-from agentkit.envs.search_qa_corpus import (
+from agentkit.envs.search_qa.corpus import (
     CORPUS_FILE,
     DEFAULT_NUM_PASSAGES,
     EVAL_FILE,
@@ -42,7 +42,7 @@ from agentkit.envs.search_qa_corpus import (
     read_corpus_records,
     read_qa,
 )
-from agentkit.envs.search_qa_retrieval import MAX_K, RETRIEVERS, Passage, Retriever, make_retriever
+from agentkit.envs.search_qa.retrieval import MAX_K, RETRIEVERS, Passage, Retriever, make_retriever
 
 from agentkit.core.errors import ConfigError, EnvError, did_you_mean
 

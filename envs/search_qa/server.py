@@ -9,8 +9,8 @@ variant (dense: id and contents; BM25: title, text and contents) read them.
 
 Start it from Python (``with RetrievalServer(retriever) as server: server.url``) or as a program::
 
-    python -m agentkit.envs.search_qa_server --port 8000                # the generated corpus, bm25s
-    python -m agentkit.envs.search_qa_server --corpus wiki.jsonl --retriever pyserini
+    python -m agentkit.envs.search_qa.server --port 8000                # the generated corpus, bm25s
+    python -m agentkit.envs.search_qa.server --corpus wiki.jsonl --retriever pyserini
 
 It binds 127.0.0.1 unless told otherwise and has no authentication: expose it only on networks
 you trust.
@@ -24,8 +24,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agentkit.envs.search_qa_corpus import CORPUS_FILE, DEFAULT_NUM_PASSAGES, contents_of, generated_dir
-from agentkit.envs.search_qa_retrieval import MAX_K, RETRIEVERS, Passage, Retriever, make_retriever
+from agentkit.envs.search_qa.corpus import CORPUS_FILE, DEFAULT_NUM_PASSAGES, contents_of, generated_dir
+from agentkit.envs.search_qa.retrieval import MAX_K, RETRIEVERS, Passage, Retriever, make_retriever
 
 from agentkit.core.errors import AgentkitError
 

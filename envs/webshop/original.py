@@ -30,8 +30,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agentkit.envs.search_qa_corpus import _Rng
-from agentkit.envs.webshop_catalog import META_FILE, Goal, Product, price_bound, write_catalog
+from agentkit.envs.search_qa.corpus import _Rng
+from agentkit.envs.webshop.catalog import META_FILE, Goal, Product, price_bound, write_catalog
 
 from agentkit.core.errors import ConfigError
 from agentkit.core.paths import build_folder_once, cache_dir

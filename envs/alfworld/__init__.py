@@ -1,0 +1,1 @@
+"""ALFWorld (text): household tasks, played offline from games generated here (``env``, ``gen``)."""

@@ -78,7 +78,7 @@ def test_quick_grid_runs_every_stage_and_freezes_before_test(tmp_path):
         assert len(r["test"]) == run.QUICK.test_games and r["settings"] == results["frozen"]["methods"]["grpo"]
         assert (out / "phrasings" / f"{r['arm']}:seed-0" / "result.json").stat().st_mtime > frozen_at
         assert r["wording"]["first"] is not None and len(r["by_step"]) == results["frozen"]["steps"]
-    assert "judge_alternative_skip_share" in next(r for r in results["phrasings"] if r["arm"] == "sage_opd")["diagnostics"]
+    assert "judge_alternative_share" in next(r for r in results["phrasings"] if r["arm"] == "sage_opd")["diagnostics"]
     assert len(results["phrasings_start"]) == run.QUICK.test_games
     text = report.read_text()
     for heading in ("## Premise", "## Pilot", "## Sweep", "## Claims: paired differences on test", "SDAR > GRPO",

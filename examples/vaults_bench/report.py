@@ -210,10 +210,11 @@ def valid_alternatives(results: dict[str, Any], rng: random.Random) -> list[str]
               "OPD's loss on every token, the wording's included. *Labelled Skip*: over the steps that had any.", ""]
     sage = [r.get("by_step") or [] for r in arms.get("sage_opd", {}).values()]
     if sage and all(sage):
-        def quarter(key: str, q: int) -> float:
+        def quarter(key: str, q: int) -> float | None:  # None: no step in that quarter (a run of under 4 steps)
             last = max(m["step"] for run in sage for m in run)
             lo, hi = last * q / 4, last * (q + 1) / 4
-            return statistics.fmean(m[key] for run in sage for m in run if lo < m["step"] <= hi and key in m)
+            seen = [m[key] for run in sage for m in run if lo < m["step"] <= hi and key in m]
+            return statistics.fmean(seen) if seen else None
 
         lines += [f"How often the case arises (SAGE-OPD's judge, mean over seeds): valid alternatives were "
                   f"{pct(quarter('judge_alternative_share', 0))} of turns in the first quarter of training and "

@@ -36,7 +36,8 @@ from agentkit.rollout.config import RolloutConfig
 from agentkit.rollout.runners import make_env_runner
 from agentkit.rollout.workers import EnvRunner
 
-from agentkit.core.config import settings_of
+from agentkit.core import runs
+from agentkit.core.config import read_yaml, settings_of
 from agentkit.core.errors import AgentkitError, ConfigError, DiskFullError, ModelError, OutputExistsError
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
 from agentkit.core.model_files import is_model_folder
@@ -47,6 +48,57 @@ from agentkit.core.settings import (
     GenerationSettings,
     SamplingSettings,
 )
+
+# what a policy trained by `agentkit train` was trained with, and so must be played with
+TRAINED_SETTINGS = ("env.id", "env.kwargs", "env.max_turns", "context.mode", "context.window", "context.show_admissible",
+                    "context.system_prompt", "sampling.max_new_tokens")
+
+
+def training_run_of(model: str | os.PathLike | None) -> Path | None:
+    """The training run a model path belongs to: the run folder itself, or the run of one of its
+    ``checkpoints/step-N`` folders; None for any other model folder."""
+    if not model:
+        return None
+    path = Path(model)
+    for candidate in (path, path.parent.parent if path.parent.name == runs.CHECKPOINTS else None):
+        if candidate is not None and runs.config_file(candidate).is_file():
+            return candidate
+    return None
+
+
+def trained_settings(model: str | os.PathLike | None, keys: set[str], given: dict[str, Any]) -> dict[str, Any]:
+    """When ``model`` is (a checkpoint of) a training run, the settings among ``keys`` (dotted) its
+    policy was trained with, to play it as it was trained: ``TRAINED_SETTINGS`` (its environment's
+    only when ``given`` plays the same environment) and, when the policy saw skills in its prompt,
+    its retrieval settings and the run's own skill bank. Empty for any other model. What ``given``
+    sets still wins: these are defaults under it (``agentkit rollout`` and ``eval`` use them so)."""
+    from agentkit.objectives import capabilities_of
+
+    run = training_run_of(model)
+    if run is None:
+        return {}
+    saved = read_yaml(runs.config_file(run), what="the run's config")
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{runs.config_file(run)} is not a mapping of settings; is {run} a training run's folder?")
+    wanted = list(TRAINED_SETTINGS)
+    if given.get("env.id", _dotted(saved, "env.id")) != _dotted(saved, "env.id"):
+        wanted = [key for key in wanted if not key.startswith("env.")]
+    objective = _dotted(saved, "objective.name")
+    if isinstance(objective, str) and capabilities_of(objective).policy_sees_skills and runs.skill_bank_file(run).is_file():
+        wanted += ["skills.retrieval", "skills.k", "skills.args"]
+    base = {key: _dotted(saved, key) for key in wanted if key in keys and _dotted(saved, key) is not _ABSENT}
+    if "skills.k" in base:
+        base["skills.bank"] = str(runs.skill_bank_file(run))  # the run's own bank, with its statistics
+    return base
+
+
+_ABSENT = object()
+
+
+def _dotted(values: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        values = values.get(part, _ABSENT) if isinstance(values, dict) else _ABSENT
+    return values
 
 
 def timestamped(name: str, suffix: str = "") -> Path:

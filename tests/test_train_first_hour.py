@@ -116,3 +116,16 @@ def test_a_run_folder_as_model_plays_with_the_runs_settings(tmp_path, capsys, co
     record = json.loads(out.read_text().splitlines()[0])
     assert record["env"] == "vaults/vaults-v0" and record["context_mode"] == "window"
     assert "checkpoints/step-1" in captured.err  # the run's newest checkpoint is the policy
+    # what the command does is the library's: Python users get the same settings
+    from agentkit.rollout.config import RolloutConfig
+    from agentkit.rollout.run import trained_settings
+
+    from agentkit.core.config import settings_of
+
+    keys = {row.key for row in settings_of(RolloutConfig)}
+    for model in (run, run / "checkpoints" / "step-1"):
+        played = trained_settings(model, keys, {})
+        assert played["env.id"] == "vaults/vaults-v0" and played["context.mode"] == "window"
+        assert played["context.window"] == 1
+    assert "env.id" not in trained_settings(run, keys, {"env.id": "textworld/coin-v0"})  # another game: its own
+    assert trained_settings(tmp_path, keys, {}) == {}  # not a run

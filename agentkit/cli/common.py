@@ -8,8 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-from agentkit.core import runs
-
 
 def quiet_hf() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -29,51 +27,15 @@ def add_settings(parser: argparse.ArgumentParser, model, *, skip: frozenset[str]
     add_settings_arguments(parser, model, skip=skip)
 
 
-# what a policy trained by `agentkit train` was trained with, and so must be played with
-RUN_SETTINGS = ("env.id", "env.kwargs", "env.max_turns", "context.mode", "context.window", "context.show_admissible",
-                "context.system_prompt", "sampling.max_new_tokens")
-
-
-def run_folder(model: str | None) -> Path | None:
-    """The training run a ``--model`` path belongs to: the run folder itself, or the run of one of
-    its ``checkpoints/step-N`` folders; None for any other model folder."""
-    if not model:
-        return None
-    path = Path(model)
-    for candidate in (path, path.parent.parent if path.parent.name == runs.CHECKPOINTS else None):
-        if candidate is not None and runs.config_file(candidate).is_file():
-            return candidate
-    return None
-
-
 def run_settings(model: str | None, keys: set[str], given: dict) -> dict:
-    """When ``--model`` is (a checkpoint of) a training run, the settings its policy was trained
-    with, as defaults under everything given; a note says so. Its environment settings only when
-    the same environment is played, and its skills when the policy saw them in its prompt."""
-    run = run_folder(model)
-    if run is None:
-        return {}
-    from agentkit.objectives import capabilities_of
-    from agentkit.train_config import load_config
+    """``rollout.run.trained_settings``, with a note on stderr when there are any."""
+    from agentkit.rollout.run import trained_settings, training_run_of
 
-    saved = load_config(runs.config_file(run))
-    wanted = list(RUN_SETTINGS)
-    if given.get("env.id", saved.env.id) != saved.env.id:
-        wanted = [key for key in wanted if not key.startswith("env.")]
-    if capabilities_of(saved.objective.name).policy_sees_skills and runs.skill_bank_file(run).is_file():
-        wanted += ["skills.retrieval", "skills.k", "skills.args"]
-    base = {}
-    for key in wanted:
-        if key in keys:
-            node = saved
-            for part in key.split("."):
-                node = getattr(node, part)
-            base[key] = node
-    if "skills.k" in base:
-        base["skills.bank"] = str(runs.skill_bank_file(run))  # the run's own bank, with its statistics
-    shown = ", ".join(f"{key}={base[key]}" for key in ("env.id", "context.mode", "skills.bank") if key in base)
-    print(f"--model {model}: playing with the settings of the run {run} ({shown}); flags given override them.",
-          file=sys.stderr)
+    base = trained_settings(model, keys, given)
+    if base:
+        shown = ", ".join(f"{key}={base[key]}" for key in ("env.id", "context.mode", "skills.bank") if key in base)
+        print(f"--model {model}: playing with the settings of the run {training_run_of(model)} ({shown}); flags given "
+              "override them.", file=sys.stderr)
     return base
 
 

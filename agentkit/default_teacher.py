@@ -173,12 +173,12 @@ def _fine_tune(model_dir: Path, demos: Path, out: Path) -> None:
     import torch
 
     from agentkit.core.jsonl import read_trajectories
-    from agentkit.distributed import SingleProcess
     from agentkit.objectives import make_objective
-    from agentkit.policy import load_policy
     from agentkit.rollout.hf_backend import load_tokenizer
+    from agentkit.train.distributed import SingleProcess
+    from agentkit.train.policy import load_policy
+    from agentkit.train.update import update
     from agentkit.train_config import TrainSection
-    from agentkit.update import update
 
     train = TrainSection(steps=RECIPE.steps, lr=RECIPE.lr, warmup_steps=RECIPE.warmup_steps,
                          demos_per_step=RECIPE.demos_per_step)
@@ -200,11 +200,11 @@ def _fine_tune(model_dir: Path, demos: Path, out: Path) -> None:
 
 def with_run_defaults(cfg, *, notice: Callable[[str], None] = _notice):
     """``cfg`` (a ``TrainConfig``, environment defaults filled in) with what its objective needs and
-    the settings leave unset: the teacher (``agentkit.scoring.choose_teacher``: for an objective
+    the settings leave unset: the teacher (``agentkit.train.scoring.choose_teacher``: for an objective
     that distills from a separate model, the default teacher of the environment) and, for one that
     trains on demonstrations, the default demonstrations. The config.yaml of the run records both."""
     from agentkit.models import ensure_default_model, resolve_model_dir
-    from agentkit.scoring import choose_teacher, resolve_teacher_spec
+    from agentkit.train.scoring import choose_teacher, resolve_teacher_spec
 
     needs = cfg.objective.requirements()
 

@@ -223,7 +223,7 @@ def resolve_model_dir(path: str | os.PathLike, *, flag: str = "--model") -> Path
 
 
 def _newest_checkpoint(run_dir: Path, given: str) -> Path:
-    from agentkit.checkpoint import checkpoints
+    from agentkit.train.checkpoint import checkpoints
 
     steps = checkpoints(run_dir)
     if not steps:

@@ -94,7 +94,7 @@ def skill_credits(capabilities: Capabilities, trajectories: Sequence[Trajectory]
                   batch: TokenBatch) -> list[float]:
     """What each episode credits its skills with, in ``trajectories``' order: its return when the
     policy sees the skills, the teacher-only credit when only a teacher does (``scores`` from
-    ``agentkit.scoring.score_step``), ``NEUTRAL`` when nobody does. ``batch`` is the step's token
+    ``agentkit.train.scoring.score_step``), ``NEUTRAL`` when nobody does. ``batch`` is the step's token
     batch in ``build_batch(trajectories)``'s layout, the one the teacher's scores are aligned with
     (the objective's prepared batch: the loop does not pad the step a third time)."""
     if capabilities.policy_sees_skills:

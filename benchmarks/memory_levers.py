@@ -74,8 +74,8 @@ def steps(policy, optimizer, section, rows: int, tokens: int, count: int) -> lis
     import torch
     from agentkit.objectives import make_objective
 
-    from agentkit.distributed import SingleProcess
-    from agentkit.train import update
+    from agentkit.train.distributed import SingleProcess
+    from agentkit.train.update import update
 
     ranks = SingleProcess()
     batch = synthetic_batch(rows, tokens, policy.config.vocab_size, 0)
@@ -99,8 +99,8 @@ def longest(args, model_dir: Path, name: str) -> dict:
     memory, then bisecting to within 256 tokens."""
     import torch
 
-    from agentkit.distributed import SingleProcess
     from agentkit.train import load_policy
+    from agentkit.train.distributed import SingleProcess
     from agentkit.train_config import TrainSection
 
     device = SingleProcess().device
@@ -126,8 +126,8 @@ def longest(args, model_dir: Path, name: str) -> dict:
 def run_one(args, model_dir: Path, name: str) -> dict:
     import torch
 
-    from agentkit.distributed import SingleProcess
     from agentkit.train import load_policy
+    from agentkit.train.distributed import SingleProcess
     from agentkit.train_config import TrainSection
 
     torch.set_num_threads(args.threads)

@@ -93,11 +93,11 @@ def load_policy(model_dir: Path):
 
 
 def build(name: str, args: dict, teacher_kind: str | None, policy, tokenizer, teacher_dir: Path):
-    """(objective, teacher, judge) as the training loop builds them (``agentkit.scoring``)."""
+    """(objective, teacher, judge) as the training loop builds them (``agentkit.train.scoring``)."""
     from agentkit.objectives import make_objective
     from agentkit.skillbank import SkillBank, resolve_bank
 
-    from agentkit.scoring import build_teacher_and_judge
+    from agentkit.train.scoring import build_teacher_and_judge
 
     objective = make_objective(name, args)
     spec = {"self": "self", "model": f"model:{teacher_dir}"}.get(teacher_kind or "")
@@ -116,7 +116,7 @@ def prepare(objective, teacher, judge, trajectories, policy, model_dir: Path):
     import torch
     from agentkit.objectives import policy_logprobs
 
-    from agentkit.scoring import score_step
+    from agentkit.train.scoring import score_step
 
     started = time.perf_counter()
     batch = objective.prepare(trajectories, score_step(objective.requirements(), teacher, judge, trajectories))
@@ -163,8 +163,8 @@ def loop_update(objective, micro_batch_tokens: int, seed: int = 0):
     Its settings are built here, once, outside the timed region."""
     import random
 
-    from agentkit.distributed import ranks
-    from agentkit.train import update
+    from agentkit.train.distributed import ranks
+    from agentkit.train.update import update
     from agentkit.train_config import TrainSection
 
     settings = TrainSection(epochs=1, minibatches=1, micro_batch_tokens=micro_batch_tokens, grad_clip=1.0)

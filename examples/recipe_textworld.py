@@ -140,8 +140,8 @@ def final_evaluation(run_dir: Path, steps: int) -> dict[str, float]:
 
 def run_training(cfg, *, quiet: bool) -> Path:
     """Train, or resume a run that stopped; a finished run is left as it is."""
-    from agentkit.checkpoint import checkpoints
     from agentkit.train import train
+    from agentkit.train.checkpoint import checkpoints
 
     run_dir = Path(cfg.out)
     done = checkpoints(run_dir)

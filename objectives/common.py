@@ -93,10 +93,10 @@ def clipped_pg(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: t
 
 
 def with_teacher(batch: TokenBatch, scores: StepScores | None, objective: str) -> TokenBatch:
-    """Attach the teacher's scores (computed by the loop, ``agentkit.scoring.score_step``) to ``batch``."""
+    """Attach the teacher's scores (computed by the loop, ``agentkit.train.scoring.score_step``) to ``batch``."""
     if scores is None or scores.teacher is None:
         raise ValueError(f"{objective} needs the teacher's scores: pass prepare(trajectories, scores) with "
-                         "scores = agentkit.scoring.score_step(...) (the training loop does).")
+                         "scores = agentkit.train.scoring.score_step(...) (the training loop does).")
     teacher = scores.teacher
     if tuple(teacher.logprobs.shape) != tuple(batch.response_mask.shape):
         raise ValueError(f"{objective}: the teacher's scores are {tuple(teacher.logprobs.shape)}, the batch "

@@ -6,7 +6,7 @@ with ``--set objective.args.NAME=VALUE``), a class-level ``capabilities`` (what 
 provide: a teacher, skills, groups, a judge, ...), and two methods: ``prepare`` turns trajectories
 and the loop's scores into a ``TokenBatch`` (advantages, weights, masks), ``loss`` turns a batch
 and the policy's logprobs into (loss, metrics). The loop reads the declarations and never looks at
-an objective's name; it runs the teacher and the judge itself (``agentkit.scoring``), so an
+an objective's name; it runs the teacher and the judge itself (``agentkit.train.scoring``), so an
 objective is pure tensor maths.
 """
 

@@ -96,7 +96,7 @@ class SAGEOPD:
         judgments = scores.judgments
         if judgments is None:
             raise ValueError("sage_opd needs the turn judgments: pass prepare(trajectories, scores) with scores = "
-                             "agentkit.scoring.score_step(...) and a judge (the training loop does).")
+                             "agentkit.train.scoring.score_step(...) and a judge (the training loop does).")
         mask = batch.response_mask  # [B, L]
         labels = torch.full_like(batch.turn_index, -1)  # [B, L]
         for b in range(batch.num_rows):

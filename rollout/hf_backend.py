@@ -91,7 +91,7 @@ def load_causal_lm(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
 def _merged_adapter(folder: Path, base):
     """``base`` with the LoRA adapter in ``folder`` merged into its weights: a plain module that
     samples as fast as the base (``agentkit eval``/``rollout`` of a LoRA run, a teacher, a new run's
-    start). Training resumes the adapter itself (``agentkit.lora``)."""
+    start). Training resumes the adapter itself (``agentkit.train.lora``)."""
     try:
         from peft import PeftModel
     except ImportError as err:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from agentkit import cli, distributed
+from agentkit import cli
+from agentkit.train import distributed
 
 held = {}
 prepare = distributed.Accelerated.prepare

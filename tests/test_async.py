@@ -117,7 +117,7 @@ def _generators() -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if b"agentkit.async_rollout" in Path(f"/proc/{entry}/cmdline").read_bytes() or \
+                if b"agentkit.train.async_rollout" in Path(f"/proc/{entry}/cmdline").read_bytes() or \
                         Path(f"/proc/{entry}/comm").read_text().strip() == "agentkit-generator":
                     found.append(int(entry))
             except OSError:

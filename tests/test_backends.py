@@ -12,7 +12,7 @@ from agentkit.rollout.hf_backend import load_causal_lm, load_tokenizer
 
 from agentkit.core.errors import ConfigError
 from agentkit.core.settings import BACKEND_VARIANTS, HFBackendSettings, VLLMBackendSettings
-from agentkit.policy import policy_backend, samples_policy_itself
+from agentkit.train.policy import policy_backend, samples_policy_itself
 from agentkit.train_config import TrainSection
 
 

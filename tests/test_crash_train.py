@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentkit.checkpoint import MARKER, check_complete, checkpoints
 from agentkit.core.errors import ConfigError
 from agentkit.core.faults import VARIABLE
+from agentkit.train.checkpoint import MARKER, check_complete, checkpoints
 
 STEPS = 3
 SETTINGS = ["env.id=vaults/vaults-v0", "env.kwargs.families=amber", "env.max_turns=3", "sampling.temperature=0.5",

@@ -19,7 +19,7 @@ import agentkit.default_teacher as default_teacher
 from agentkit.cli import main
 from agentkit.core.errors import ConfigError
 from agentkit.core.settings import ContextSettings, EnvSettings
-from agentkit.scoring import choose_teacher
+from agentkit.train.scoring import choose_teacher
 
 SMALL = ["--env", "vaults/vaults-v0", "--tasks-per-step", "1", "--group-size", "2", "--eval-episodes", "1",
          "--max-new-tokens", "8", "--no-eval-at-start", "--quiet"]

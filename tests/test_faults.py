@@ -207,6 +207,6 @@ def test_n_non_finite_updates_in_a_row_stop_the_run_with_a_clear_error(tiny_mode
     assert "lower train.lr" in result.stderr and "Traceback" not in result.stderr
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [(m["step"], m["skipped_updates"]) for m in metrics] == [(1, 1), (2, 1)], "the last line is written first"
-    from agentkit.checkpoint import checkpoints
+    from agentkit.train.checkpoint import checkpoints
 
     assert checkpoints(run) == [1]

@@ -316,8 +316,8 @@ def test_a_full_disk_ends_a_rollout_in_one_line_and_resume_completes_it(tiny_mod
 
 def test_a_full_disk_at_a_checkpoint_ends_training_in_one_error_and_resume_goes_on(tiny_model_dir, vaults_demos,
                                                                                    tmp_path):
-    from agentkit.checkpoint import check_complete, checkpoints
     from agentkit.train import train
+    from agentkit.train.checkpoint import check_complete, checkpoints
     from agentkit.train_config import load_config
 
     # room for the run's small files and one checkpoint (weights, twice their size of optimizer state,

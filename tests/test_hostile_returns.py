@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agentkit.checkpoint import MARKER, checkpoints
 from agentkit.cli import main
 from agentkit.core.errors import ConfigError
+from agentkit.train.checkpoint import MARKER, checkpoints
 
 RUN = ["--env", "vaults/vaults-v0", "--set", "env.kwargs.families=amber", "--max-turns", "3", "--tasks-per-step", "1",
        "--group-size", "2", "--eval-episodes", "1", "--max-new-tokens", "8", "--checkpoint-every", "1",

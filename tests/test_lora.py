@@ -74,7 +74,7 @@ def test_every_objective_trains_the_adapter_alone(objective, vaults_sft_model, v
 
 
 def test_a_teacher_that_is_the_base_reads_the_policys_own_weights(vaults_sft_model, vaults_demos, tmp_path):
-    from agentkit.lora import BaseView
+    from agentkit.train.lora import BaseView
 
     run = setup(config(tmp_path, "opd", vaults_sft_model, vaults_demos), resume=False, given=None)
     try:
@@ -154,8 +154,8 @@ def test_async_sends_the_generator_the_adapter_alone(vaults_sft_model, vaults_de
     result = train(cfg, show_progress=False)
     records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3] and records[-1]["staleness_max"] <= 1
-    from agentkit.async_rollout import Generator  # noqa: F401 - the shared tensors are trainable_state's
-    from agentkit.lora import trainable_state
+    from agentkit.train.async_rollout import Generator  # noqa: F401 - the shared tensors are trainable_state's
+    from agentkit.train.lora import trainable_state
 
     run = setup(config(tmp_path, "grpo", vaults_sft_model, vaults_demos, steps=1).model_copy(update={"out": str(tmp_path / "x")}),
                 resume=False, given=None)
@@ -177,7 +177,7 @@ def test_merged_weights_are_what_an_engine_without_lora_serves(vaults_sft_model,
     it computes what the adapted policy does; the policy's own weights are left as they were."""
     from agentkit.rollout.hf_backend import load_causal_lm
 
-    from agentkit.lora import MergedWeights
+    from agentkit.train.lora import MergedWeights
 
     run = setup(config(tmp_path, "grpo", vaults_sft_model, vaults_demos), resume=False, given=None)
     try:

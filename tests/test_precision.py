@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from agentkit.distributed import SingleProcess
+from agentkit.train.distributed import SingleProcess
 from agentkit.train_config import TrainConfig, TrainSection
 
 
@@ -37,7 +37,8 @@ def one_update(model_dir, batch, **settings):
     """(loss, {name: weight change}, {name: gradient}) of one AdamW step of GRPO from the tiny model."""
     from agentkit.objectives import make_objective
 
-    from agentkit.train import load_policy, update
+    from agentkit.train import load_policy
+    from agentkit.train.update import update
 
     section = TrainSection(lr=1e-5, **settings)
     policy = load_policy(model_dir, section).train()

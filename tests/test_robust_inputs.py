@@ -586,7 +586,7 @@ def run_with_checkpoint(tiny_model_dir, tmp_path_factory) -> Path:
     import torch
     from agentkit.rollout.hf_backend import load_causal_lm, load_tokenizer
 
-    from agentkit.checkpoint import save_checkpoint
+    from agentkit.train.checkpoint import save_checkpoint
     from agentkit.train_config import dump_config, load_config
 
     run = tmp_path_factory.mktemp("run")
@@ -607,7 +607,7 @@ def fresh_optimizer(folder: Path):
 
 
 def test_checkpoint_loads_when_whole(run_with_checkpoint, tiny_model_dir):
-    from agentkit.checkpoint import load_training_state
+    from agentkit.train.checkpoint import load_training_state
 
     state = load_training_state(run_with_checkpoint / "checkpoints" / "step-1", fresh_optimizer(tiny_model_dir))
     assert state == {"step": 1}
@@ -618,8 +618,8 @@ def checkpoint_files(run: Path) -> list[str]:
 
 
 def test_checkpoint_missing_each_file_is_refused_naming_folder_and_file(run_with_checkpoint, tiny_model_dir, tmp_path):
-    from agentkit.checkpoint import MARKER, check_complete, load_training_state
     from agentkit.train import prepare_run
+    from agentkit.train.checkpoint import MARKER, check_complete, load_training_state
     from agentkit.train_config import load_config
 
     optimizer = fresh_optimizer(tiny_model_dir)
@@ -646,7 +646,7 @@ def test_checkpoint_missing_each_file_is_refused_naming_folder_and_file(run_with
 def test_checkpoint_corrupted_file_is_refused_naming_it(run_with_checkpoint, tiny_model_dir, tmp_path, name):
     """Damage that keeps the file's size: the marker's SHA-256 tells; under an older agentkit's marker
     (sizes only), reading the file tells."""
-    from agentkit.checkpoint import MARKER, load_training_state
+    from agentkit.train.checkpoint import MARKER, load_training_state
 
     run = tmp_path / "run"
     shutil.copytree(run_with_checkpoint, run)

@@ -151,11 +151,11 @@ def test_judge_template_must_have_its_placeholders(backend, tmp_path):
 
 
 def test_the_loop_scores_what_the_objective_declares(backend, episodes):
-    """``agentkit.scoring``: teacher and judge built from the objective's capabilities; the step's
+    """``agentkit.train.scoring``: teacher and judge built from the objective's capabilities; the step's
     scores are the teacher's own and the objective's batch carries them unchanged."""
     from agentkit.objectives import make_objective
 
-    from agentkit.scoring import build_teacher_and_judge, score_step
+    from agentkit.train.scoring import build_teacher_and_judge, score_step
 
     trajectories, bank = episodes
     sage = make_objective("sage_opd", {"judge": "oracle", "estimator": "sampled"})  # the teacher's tokens only
@@ -206,7 +206,7 @@ def test_a_teacher_with_only_its_top_k_is_refused_at_setup_where_the_objective_n
     from agentkit.teachers.remote import PromptLogprobTeacher
 
     from agentkit.core.plugins import PluginSpec
-    from agentkit.scoring import build_teacher_and_judge
+    from agentkit.train.scoring import build_teacher_and_judge
 
     def served(**_):  # what a server teacher is (openai:URL, vllm:DIR), without a server to ask
         return PromptLogprobTeacher(None, backend.tokenizer, name="served")

@@ -46,7 +46,7 @@ def test_one_sft_step_changes_every_parameter_and_writes_the_run_folder(tiny_mod
 def test_warmup_scales_the_first_steps_lr_in_the_optimizer(tiny_model_dir, demos, tmp_path):
     """AdamW's first step moves each weight by about lr (m/sqrt(v) = +-1), so the largest weight change
     of step 1 measures the lr the optimizer used: lr / warmup_steps, not lr."""
-    from agentkit.train import step_lr
+    from agentkit.train.update import step_lr
 
     run = tmp_path / "run"
     train(load_config(None, [*COIN1, "objective.name=sft", f"train.demos={demos}", "train.steps=1", "train.lr=1e-3",
@@ -162,7 +162,7 @@ def test_half_written_checkpoint_is_never_loaded(sft_model, tmp_path):
     (run / "checkpoints" / ".step-3-abc").mkdir()
     (run / "checkpoints" / "step-3").mkdir()
     (run / "checkpoints" / "step-3" / "config.json").write_text("{}")
-    from agentkit.checkpoint import checkpoints
+    from agentkit.train.checkpoint import checkpoints
 
     assert checkpoints(run) == [2]
 

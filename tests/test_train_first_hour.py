@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from agentkit.envs import register
 
-from agentkit.checkpoint import checkpoints
 from agentkit.cli import main
+from agentkit.train.checkpoint import checkpoints
 
 SMALL = ["--env", "vaults/vaults-v0", "--tasks-per-step", "1", "--group-size", "2", "--eval-episodes", "1",
          "--max-new-tokens", "8", "--quiet"]

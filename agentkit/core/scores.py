@@ -1,7 +1,7 @@
 """What the training loop hands an objective besides the trajectories: the teacher's per-token
 scores and the turn judgments of one step.
 
-The loop (``agentkit.scoring``) runs the teacher and the judge, without gradients; objectives
+The loop (``agentkit.train.scoring``) runs the teacher and the judge, without gradients; objectives
 only read the results, so they stay pure tensor maths and never import a teacher. The tensors
 are aligned with ``build_batch(trajectories)``'s target positions (the layout every objective's
 batch shares).

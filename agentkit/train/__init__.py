@@ -1,26 +1,16 @@
-"""Training: ``train(cfg)`` runs the loop (``agentkit.train.loop``, the only importer of which is this
-package) in a run folder (``agentkit.train.run_folder``).
+"""Training: ``train(cfg)`` runs the loop (``agentkit.train.loop``, which only this package imports)
+in a run folder (``agentkit.train.run_folder``).
 
-The names users import from ``agentkit.train`` stay here: the loop and its phases, the run folder's
-``prepare_run`` and ``resolve_defaults``, and the loop's helpers ``load_policy`` (``agentkit.policy``),
-``update`` and ``step_lr`` (``agentkit.update``).
+The loop's parts, each in its module: ``update`` (minibatch updates with a token budget per
+micro-batch), ``policy`` (the policy and its sampling backend), ``episodes`` (a step's tasks, seeds
+and skill selector, shared with the async generator ``async_rollout``), ``scoring`` (the teacher and
+the judge), ``checkpoint``, ``distributed``, ``lora``. The names users import from ``agentkit.train``
+stay here: ``train`` and the loop's phases, ``prepare_run`` and ``resolve_defaults``, ``load_policy``.
 """
 
-from agentkit.policy import load_policy
-from agentkit.train.loop import (
-    Run,
-    TrainResult,
-    checkpoint,
-    collect,
-    evaluate,
-    learned,
-    score,
-    setup,
-    sync,
-    train,
-)
+from agentkit.train.loop import Run, TrainResult, collect, evaluate, learned, score, setup, sync, train
+from agentkit.train.policy import load_policy
 from agentkit.train.run_folder import NothingToDo, check_packages, prepare_run, resolve_defaults
-from agentkit.update import step_lr, update
 
-__all__ = ["NothingToDo", "Run", "TrainResult", "check_packages", "checkpoint", "collect", "evaluate", "learned",
-           "load_policy", "prepare_run", "resolve_defaults", "score", "setup", "step_lr", "sync", "train", "update"]
+__all__ = ["NothingToDo", "Run", "TrainResult", "check_packages", "collect", "evaluate", "learned", "load_policy",
+           "prepare_run", "resolve_defaults", "score", "setup", "sync", "train"]

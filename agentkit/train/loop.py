@@ -1,14 +1,14 @@
 """The training loop: one explicit loop, read top to bottom, each phase a function of this file (the
-update's in ``agentkit.update``, which the default teacher's fine-tuning runs too; the run folder's
+update's in ``agentkit.train.update``, which the default teacher's fine-tuning runs too; the run folder's
 lifecycle, starting a run or checking a resumed one, in ``agentkit.train.run_folder``). Import it as
 ``agentkit.train``: nothing else imports this module.
 
     setup, then for step:
         collect     rollouts (or this step's demonstrations; async: the step file the generator
-                    process wrote, ``agentkit.async_rollout``)
+                    process wrote, ``agentkit.train.async_rollout``)
         score       the teacher and the judge (no gradients), the skills' credit for UCB,
                     objective.prepare -> token batch, reference logprobs
-        update      minibatch updates with a token budget per micro-batch (``agentkit.update``)
+        update      minibatch updates with a token budget per micro-batch (``agentkit.train.update``)
         sync        weights to the generation backend (async: published to the generator)
         evaluate    periodic greedy evaluation
         checkpoint  atomic checkpoint of weights, optimizer, RNG and loop state
@@ -28,10 +28,10 @@ minibatch's episodes with the whole minibatch's normalizers, so the update is th
 update up to float rounding (about 1e-6 in the weights after two steps; not bit for bit).
 Evaluation, metrics files, checkpoints (whole weights: one process can resume them, and any
 launcher can resume a one-process run) and plots come from the main process.
-``agentkit.distributed`` holds the details; one process uses none of it.
+``agentkit.train.distributed`` holds the details; one process uses none of it.
 
 Failures. A process killed at any moment (``kill -9``, a lost machine) resumes with ``--resume``
-from the last complete checkpoint (``agentkit.checkpoint`` writes them atomically); the metrics,
+from the last complete checkpoint (``agentkit.train.checkpoint`` writes them atomically); the metrics,
 eval and trajectory files of the steps after it are dropped and played again. A full disk stops
 the run with one ``DiskFullError`` (the file, the space left, the ``--resume`` command), every line
 and checkpoint already written whole. An update whose loss
@@ -55,12 +55,6 @@ from typing import Any
 
 import torch
 
-from agentkit.async_rollout import generator_stats
-from agentkit.checkpoint import (
-    checkpoints,
-    load_training_state,
-    save_checkpoint,
-)
 from agentkit.core import runs
 from agentkit.core.errors import (
     ConfigError,
@@ -75,18 +69,8 @@ from agentkit.core.faults import fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_records, read_trajectories
 from agentkit.core.settings import GenerationSettings, HFBackendSettings
 from agentkit.core.trajectory import Trajectory
-from agentkit.episodes import (
-    episode_specs,
-    load_skill_bank,
-    sampling_seed,
-    skill_selector,
-    step_tasks,
-    uses_skills,
-)
-from agentkit.lora import BaseView
 from agentkit.objectives import Capabilities, policy_logprobs
 from agentkit.objectives.common import off_policy_correction
-from agentkit.policy import engine_sync, load_policy, policy_backend, samples_policy_itself
 from agentkit.report.trackers import Trackers, open_trackers
 from agentkit.rollout import EpisodeSpec
 from agentkit.rollout.collector import RolloutStats
@@ -98,12 +82,28 @@ from agentkit.rollout.run import (
     make_envs,
     sampling_params,
 )
-from agentkit.scoring import build_teacher_and_judge, score_step
 from agentkit.signals import episode_signals
 from agentkit.skill_credit import skill_credits
+from agentkit.train.async_rollout import generator_stats
+from agentkit.train.checkpoint import (
+    checkpoints,
+    load_training_state,
+    save_checkpoint,
+)
+from agentkit.train.episodes import (
+    episode_specs,
+    load_skill_bank,
+    sampling_seed,
+    skill_selector,
+    step_tasks,
+    uses_skills,
+)
+from agentkit.train.lora import BaseView
+from agentkit.train.policy import engine_sync, load_policy, policy_backend, samples_policy_itself
 from agentkit.train.run_folder import NothingToDo, append_jsonl, prepare_run, truncate_jsonl, write_jsonl
+from agentkit.train.scoring import build_teacher_and_judge, score_step
+from agentkit.train.update import step_lr, update
 from agentkit.train_config import TrainConfig
-from agentkit.update import step_lr, update
 from agentkit.watch import Watch, signal_share
 
 # eval_report's figures that eval.jsonl records beside _summary's
@@ -121,7 +121,7 @@ class Run:
 
     cfg: TrainConfig
     run_dir: Path
-    ranks: Any  # agentkit.distributed: one process, or this process's place among several
+    ranks: Any  # agentkit.train.distributed: one process, or this process's place among several
     tokenizer: Any
     policy: torch.nn.Module  # the trained weights
     model: Any  # what the update runs (DDP/FSDP-wrapped under a launcher)
@@ -143,7 +143,7 @@ class Run:
     env_error_streak: int = 0  # and episodes ended by an env error (env.max_errors)
     last_eval: dict[str, Any] | None = None
     last_checkpoint: Path | None = None
-    generator: Any = None  # agentkit.async_rollout.Generator: the async run's generator process
+    generator: Any = None  # agentkit.train.async_rollout.Generator: the async run's generator process
     trainer_old_logprobs: bool = False  # pi_old from the trainer's forward (train.old_logprobs)
     trackers: Trackers = field(default_factory=Trackers)  # log.report_to (the main process's; none elsewhere)
 
@@ -217,8 +217,8 @@ def learned(start: dict[str, Any], end: dict[str, Any]) -> str:
 
 def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
     """Run folder, models, optimizer, backend, objective with its teacher and judge, environments."""
-    from agentkit.distributed import ranks as start_ranks
     from agentkit.models import ensure_default_model, resolve_model_dir
+    from agentkit.train.distributed import ranks as start_ranks
 
     ranks = start_ranks()
     cfg, run_dir, resume_step = ranks.on_main(prepare_run, cfg, resume, given)
@@ -227,7 +227,7 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
                           "processes. Launch one process, or drop --async.")
     torch.manual_seed(cfg.seed)
     if cfg.async_rl.enabled:  # the trainer's share of the cores; the generator sets its own
-        from agentkit.async_rollout import default_threads
+        from agentkit.train.async_rollout import default_threads
 
         torch.set_num_threads(default_threads(cfg.async_rl.trainer_threads,
                                               default_threads(cfg.async_rl.generator_threads, 0)))
@@ -278,7 +278,7 @@ def setup(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None) -> Run:
     runs.trajectories_dir(run_dir).mkdir(exist_ok=True)
     generator = None
     if cfg.async_rl.enabled:
-        from agentkit.async_rollout import Generator
+        from agentkit.train.async_rollout import Generator
 
         generator = Generator(cfg, run_dir, start, policy, first_step)
     old_from = cfg.train.old_logprobs

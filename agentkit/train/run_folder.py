@@ -16,17 +16,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentkit.checkpoint import check_complete, checkpoints, step_folders
 from agentkit.core import runs
 from agentkit.core.config import settings_of
 from agentkit.core.errors import AgentkitError, ConfigError, disk_full, no_space
 from agentkit.core.jsonl import append_whole
-from agentkit.episodes import run_tasks
-from agentkit.lora import check_peft
 from agentkit.report.trackers import check_installed
 from agentkit.rollout.backends import backend_kind
 from agentkit.rollout.run import capped_episodes, check_env_settings, held_out_split, resolve_env
-from agentkit.scoring import resolve_teacher_spec
+from agentkit.train.checkpoint import check_complete, checkpoints, step_folders
+from agentkit.train.episodes import run_tasks
+from agentkit.train.lora import check_peft
+from agentkit.train.scoring import resolve_teacher_spec
 from agentkit.train_config import TrainConfig, dump_config, load_config
 
 

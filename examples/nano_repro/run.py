@@ -188,8 +188,8 @@ def final_checkpoint(run_dir: Path, steps: int) -> Path:
 
 def run_training(cfg) -> bool:
     """Train, or resume a run that stopped; a finished run is left as it is (returns False)."""
-    from agentkit.checkpoint import checkpoints
     from agentkit.train import train
+    from agentkit.train.checkpoint import checkpoints
 
     run_dir = Path(cfg.out)
     done = checkpoints(run_dir)

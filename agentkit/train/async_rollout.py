@@ -49,8 +49,8 @@ from agentkit.core.errors import ConfigError, EnvError, GeneratorError
 from agentkit.core.faults import fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
 from agentkit.core.trajectory import episode_id
-from agentkit.lora import trainable_state
 from agentkit.rollout.workers import die_with_parent
+from agentkit.train.lora import trainable_state
 
 POLL_S = 0.005
 
@@ -157,10 +157,10 @@ def _generator_main(cfg_json: str, run_dir: str, model_dir: str, first_step: int
 
 def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weights, version, lock, stop,
           threads: int) -> None:
-    from agentkit.episodes import episode_specs, sampling_seed, step_tasks
-    from agentkit.policy import engine_sync, load_policy, policy_backend
     from agentkit.rollout.hf_backend import load_tokenizer
     from agentkit.rollout.run import make_collector, make_envs, sampling_params
+    from agentkit.train.episodes import episode_specs, sampling_seed, step_tasks
+    from agentkit.train.policy import engine_sync, load_policy, policy_backend
     from agentkit.train_config import TrainConfig
 
     torch.set_num_threads(threads)
@@ -234,7 +234,7 @@ class _SkillsAsSaved:
     run retrieves none): the bank is read again for every step, the rest once."""
 
     def __init__(self, cfg, run_dir: Path) -> None:
-        from agentkit.episodes import uses_skills
+        from agentkit.train.episodes import uses_skills
 
         self.cfg, self.run_dir = cfg, run_dir
         needs = cfg.objective.requirements()
@@ -248,8 +248,8 @@ class _SkillsAsSaved:
     def selector(self, seed: int) -> Any:
         if not self.used:
             return None
-        from agentkit.episodes import load_skill_bank, skill_selector
         from agentkit.skillbank import SkillBank
+        from agentkit.train.episodes import load_skill_bank, skill_selector
 
         saved = runs.skill_bank_file(self.run_dir)
         bank = SkillBank.load(saved) if saved.exists() else load_skill_bank(self.cfg, self.run_dir, None)

@@ -1,5 +1,5 @@
 """What a training step plays, for the training loop and the async generator alike (``agentkit.train``
-and ``agentkit.async_rollout`` import this; it imports neither): the step's tasks, its sampling seed,
+and ``agentkit.train.async_rollout`` import this; it imports neither): the step's tasks, its sampling seed,
 and the skills each episode sees.
 
 Every one is a function of (seed, step) and the settings, so a resumed run, or the generator

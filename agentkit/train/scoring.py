@@ -36,7 +36,7 @@ def build_teacher_and_judge(capabilities: Capabilities, *, teacher_spec: str | N
         objective: the objective's name, for messages.
         dtype, device: where a teacher with weights of its own keeps them (``model:DIR``: frozen, so
             bf16 halves its memory; a device of its own for a teacher larger than the student).
-        base: a LoRA policy's base model (``agentkit.lora.BaseView``, with its ``path``): a
+        base: a LoRA policy's base model (``agentkit.train.lora.BaseView``, with its ``path``): a
             ``model:DIR`` teacher that is that folder scores with it, with no second copy.
     """
     teacher = None

@@ -70,7 +70,7 @@ def _remove(folder: Path) -> None:
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer: torch.optim.Optimizer,
                     state: dict[str, Any], keep: int = 2, optimizer_state: dict[str, Any] | None = None) -> Path:
     """``optimizer_state``: the optimizer's whole state dict, where ``optimizer`` holds only a shard
-    of it (FSDP; ``agentkit.distributed``)."""
+    of it (FSDP; ``agentkit.train.distributed``)."""
     root = runs.checkpoints_dir(run_dir)
     final = runs.checkpoint_dir(run_dir, step)
     tmp: Path | None = None

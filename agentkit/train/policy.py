@@ -1,5 +1,5 @@
 """The trained policy and the backend that samples it, for the training loop and the async
-generator alike (``agentkit.train`` and ``agentkit.async_rollout`` import this; it imports neither).
+generator alike (``agentkit.train`` and ``agentkit.train.async_rollout`` import this; it imports neither).
 
 ``load_policy`` loads the trained weights (fp32, or a LoRA adapter over a frozen base);
 ``policy_backend`` is the one way both processes build the backend that samples them: the module
@@ -16,10 +16,10 @@ import torch
 
 from agentkit.core.model_files import adapter_base
 from agentkit.core.settings import BackendSettings
-from agentkit.lora import MergedWeights, add_adapter, resume_adapter
 from agentkit.rollout.backend import GenerationBackend, WeightSync
 from agentkit.rollout.backends import backend_kind, make_backend
 from agentkit.rollout.hf_backend import PRECISIONS, load_causal_lm, mixed_precision
+from agentkit.train.lora import MergedWeights, add_adapter, resume_adapter
 from agentkit.train_config import TrainSection
 
 

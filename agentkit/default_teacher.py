@@ -175,10 +175,10 @@ def _fine_tune(model_dir: Path, demos: Path, out: Path) -> None:
     from agentkit.core.jsonl import read_trajectories
     from agentkit.objectives import make_objective
     from agentkit.rollout.hf_backend import load_tokenizer
+    from agentkit.train.config import TrainSection
     from agentkit.train.distributed import SingleProcess
     from agentkit.train.policy import load_policy
     from agentkit.train.update import update
-    from agentkit.train_config import TrainSection
 
     train = TrainSection(steps=RECIPE.steps, lr=RECIPE.lr, warmup_steps=RECIPE.warmup_steps,
                          demos_per_step=RECIPE.demos_per_step)

@@ -100,8 +100,8 @@ def longest(args, model_dir: Path, name: str) -> dict:
     import torch
 
     from agentkit.train import load_policy
+    from agentkit.train.config import TrainSection
     from agentkit.train.distributed import SingleProcess
-    from agentkit.train_config import TrainSection
 
     device = SingleProcess().device
     fits, fails, tokens = 0, None, args.tokens
@@ -127,8 +127,8 @@ def run_one(args, model_dir: Path, name: str) -> dict:
     import torch
 
     from agentkit.train import load_policy
+    from agentkit.train.config import TrainSection
     from agentkit.train.distributed import SingleProcess
-    from agentkit.train_config import TrainSection
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

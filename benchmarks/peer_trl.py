@@ -133,7 +133,7 @@ def run_agentkit(args, model_dir: Path, work: Path) -> dict:
     from agentkit.envs import ACTION_TAG, ActionFormat, registry
 
     from agentkit.train import train
-    from agentkit.train_config import TrainConfig
+    from agentkit.train.config import TrainConfig
 
     torch.set_num_threads(args.threads)
     # the <action> format's system prompt without its stop strings (TRL stops only at the end of the sequence)

@@ -197,7 +197,7 @@ def run_agentkit(args, model_dir: Path, work: Path, turns: int) -> dict:
     import torch
 
     from agentkit.train import train
-    from agentkit.train_config import TrainConfig
+    from agentkit.train.config import TrainConfig
 
     torch.set_num_threads(args.threads)
     register_env()

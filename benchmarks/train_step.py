@@ -163,9 +163,9 @@ def loop_update(objective, micro_batch_tokens: int, seed: int = 0):
     Its settings are built here, once, outside the timed region."""
     import random
 
+    from agentkit.train.config import TrainSection
     from agentkit.train.distributed import ranks
     from agentkit.train.update import update
-    from agentkit.train_config import TrainSection
 
     settings = TrainSection(epochs=1, minibatches=1, micro_batch_tokens=micro_batch_tokens, grad_clip=1.0)
     one_process, rng, needs_support = ranks(), random.Random(seed), objective.requirements().needs_support

@@ -74,7 +74,7 @@ def load_stage_configs(args: argparse.Namespace, seed: int, seed_dir: Path, demo
     """The SFT and GRPO configs of one seed: YAML, then the recipe's overrides, then the command line's."""
     from agentkit.core.errors import ConfigError
     from agentkit.train import resolve_defaults
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     quick = {name: QUICK_OVERRIDES[name] + [f"{k}={v}" for k, v in QUICK_SHARED.items()] if args.quick else []
              for name in ("sft", "grpo")}

@@ -100,7 +100,7 @@ def _demos(tiny_model_dir: Path, out: Path, env_id: str, **env_kwargs) -> Path:
 
 def _sft(tiny_model_dir: Path, demos: Path, run: Path, settings: list[str], lr: float = 3e-3) -> Path:
     from agentkit.train import train
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     cfg = load_config(None, [*settings, "objective.name=sft", f"train.demos={demos}", "train.steps=12", f"train.lr={lr}",
                              "eval.every=0", f"model={tiny_model_dir}", f"out={run}"])

@@ -196,7 +196,7 @@ def test_a_generator_that_dies_stops_the_run_and_resume_finishes_its_step(tmp_pa
     ({"objective.name": "sft", "train.demos": "x.jsonl"}, "trains on demonstrations"),
 ])
 def test_async_refuses_what_it_cannot_do(values, message):
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     with pytest.raises(Exception, match=message):
         load_config(values={"async_rl.enabled": True, **values})

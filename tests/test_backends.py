@@ -12,8 +12,8 @@ from agentkit.rollout.hf_backend import load_causal_lm, load_tokenizer
 
 from agentkit.core.errors import ConfigError
 from agentkit.core.settings import BACKEND_VARIANTS, HFBackendSettings, VLLMBackendSettings
+from agentkit.train.config import TrainSection
 from agentkit.train.policy import policy_backend, samples_policy_itself
-from agentkit.train_config import TrainSection
 
 
 def test_every_backend_kind_has_its_entry():

@@ -132,7 +132,7 @@ def test_a_checkpoint_with_a_file_deleted_is_refused_naming_the_file(reference, 
     """A folder with its marker but a file gone was damaged from outside (agentkit never leaves
     one): resume refuses it, naming the file and the earlier checkpoint, and loads nothing."""
     from agentkit.train import train
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     run = tmp_path / "run"
     shutil.copytree(reference, run)

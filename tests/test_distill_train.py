@@ -10,7 +10,7 @@ import yaml
 
 from agentkit.core.jsonl import read_trajectories
 from agentkit.train import train
-from agentkit.train_config import load_config
+from agentkit.train.config import load_config
 
 pytestmark = pytest.mark.textworld
 pytest.importorskip("textworld")

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from agentkit.train import train
-from agentkit.train_config import load_config
+from agentkit.train.config import load_config
 
 pytestmark = pytest.mark.textworld
 pytest.importorskip("textworld")

@@ -144,7 +144,7 @@ FLAKY = [f"env.id={ENV_ID}", "env.kwargs={}", "env.max_turns=2", "rollout.tasks_
 def test_training_stops_after_n_env_failures_in_a_row_counted_across_steps(tiny_model_dir, tmp_path):
     from agentkit.core.jsonl import read_trajectories
     from agentkit.train import train
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     run = tmp_path / "run"
     cfg = load_config(None, [*FLAKY, "env.kwargs.fail=all", "rollout.group_size=2", "env.max_errors=3",
@@ -178,7 +178,7 @@ def test_a_non_finite_update_is_skipped_counted_and_the_run_goes_on(tiny_model_d
     from safetensors.torch import load_file
 
     from agentkit.train import train
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     run = tmp_path / "run"
     monkeypatch.setenv(VARIABLE, f"{fault}@1,{fault}@3")

@@ -318,7 +318,7 @@ def test_a_full_disk_at_a_checkpoint_ends_training_in_one_error_and_resume_goes_
                                                                                    tmp_path):
     from agentkit.train import train
     from agentkit.train.checkpoint import check_complete, checkpoints
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     # room for the run's small files and one checkpoint (weights, twice their size of optimizer state,
     # the tokenizer), not two

@@ -56,7 +56,7 @@ def test_a_newest_checkpoint_without_its_marker_is_refused_by_name(run, capsys):
     """Resume used to fall back to step-1 silently and later write over step-2; it refuses step-2,
     naming it and the two ways out, and changes nothing. Deleting the folder as told then resumes."""
     from agentkit.train import train
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     newest = run / "checkpoints" / "step-2"
     (newest / MARKER).unlink()

@@ -16,7 +16,7 @@ import pytest
 
 from agentkit.core.evalstats import paired_difference
 from agentkit.train import train
-from agentkit.train_config import load_config
+from agentkit.train.config import load_config
 
 pytestmark = pytest.mark.slow
 

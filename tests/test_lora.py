@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from agentkit.core.errors import ConfigError
 from agentkit.train import setup, train
-from agentkit.train_config import load_config
+from agentkit.train.config import load_config
 
 pytest.importorskip("peft")
 

@@ -244,7 +244,7 @@ def test_ratio_is_one_before_the_update_at_the_sampling_temperature(backend, con
 
 
 def test_training_refuses_truncated_sampling():
-    from agentkit.train_config import TrainConfig
+    from agentkit.train.config import TrainConfig
 
     for sampling in ({"top_p": 0.9}, {"top_k": 20}):
         with pytest.raises(ValueError, match="training samples from the whole distribution.*Drop --top-p/--top-k"):

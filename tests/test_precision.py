@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from agentkit.train.config import TrainConfig, TrainSection
 from agentkit.train.distributed import SingleProcess
-from agentkit.train_config import TrainConfig, TrainSection
 
 
 @pytest.fixture(scope="module")

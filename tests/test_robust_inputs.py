@@ -421,7 +421,7 @@ def dotted_keys(model) -> list[str]:
 
 @functools.cache
 def train_keys() -> list[str]:
-    from agentkit.train_config import TrainConfig
+    from agentkit.train.config import TrainConfig
 
     return dotted_keys(TrainConfig)
 
@@ -459,7 +459,7 @@ YAML_FILES = st.one_of(
 def load_or_refuse(path: Path | None, overrides: list[str]):
     """A TrainConfig, or an AgentkitError the CLI prints: ConfigError, or UnknownNameError /
     PluginError (with did-you-mean) for names. File problems name the file, YAML ones the line."""
-    from agentkit.train_config import TrainConfig, load_config
+    from agentkit.train.config import TrainConfig, load_config
 
     before = path.read_bytes() if path else None
     try:
@@ -510,7 +510,7 @@ def test_config_overrides_fuzz(overrides):
     ids=["unclosed-list", "tab", "bad-date", "huge-int", "latin-1", "deep", "unhashable-key"],
 )
 def test_bad_config_file_names_file_and_line(tmp_path, text, message):
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     path = tmp_path / "config.yaml"
     path.write_bytes(text)
@@ -531,7 +531,7 @@ def test_bad_config_file_names_file_and_line(tmp_path, text, message):
     ids=["unclosed", "bad-date", "deep", "no-equals", "backend-not-a-section"],
 )
 def test_bad_override_is_a_config_error(item, message):
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     with pytest.raises(ConfigError, match=message):
         load_config(None, [item])
@@ -587,7 +587,7 @@ def run_with_checkpoint(tiny_model_dir, tmp_path_factory) -> Path:
     from agentkit.rollout.hf_backend import load_causal_lm, load_tokenizer
 
     from agentkit.train.checkpoint import save_checkpoint
-    from agentkit.train_config import dump_config, load_config
+    from agentkit.train.config import dump_config, load_config
 
     run = tmp_path_factory.mktemp("run")
     model, tokenizer = load_causal_lm(tiny_model_dir), load_tokenizer(tiny_model_dir)
@@ -620,7 +620,7 @@ def checkpoint_files(run: Path) -> list[str]:
 def test_checkpoint_missing_each_file_is_refused_naming_folder_and_file(run_with_checkpoint, tiny_model_dir, tmp_path):
     from agentkit.train import prepare_run
     from agentkit.train.checkpoint import MARKER, check_complete, load_training_state
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     optimizer = fresh_optimizer(tiny_model_dir)
     names = checkpoint_files(run_with_checkpoint)

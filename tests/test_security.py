@@ -268,7 +268,7 @@ def _checkpoint_problems(checkpoints: Path) -> list[str]:
 
 def test_checkpoints_hold_only_safe_formats(tiny_model_dir, tmp_path):
     from agentkit.train import train
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     run = tmp_path / "run"
     cfg = load_config(None, ["env.id=vaults/vaults-v0", "env.max_turns=2", "eval.episodes=1",

@@ -11,7 +11,7 @@ from agentkit.rollout.config import DemosConfig, EvalConfig, RolloutConfig
 from agentkit.cli import build_parser
 from agentkit.core.config import load_settings, settings_from_args, settings_of
 from agentkit.core.errors import ConfigError
-from agentkit.train_config import TrainConfig, load_config
+from agentkit.train.config import TrainConfig, load_config
 
 COMMANDS = {"rollout": RolloutConfig, "eval": EvalConfig, "demos": DemosConfig, "train": TrainConfig}
 SHARED_SECTIONS = ("env.", "sampling.", "context.", "skills.", "backend.")

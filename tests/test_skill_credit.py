@@ -87,8 +87,8 @@ def test_the_credit_follows_who_sees_the_skills():
 
 def test_the_loops_score_phase_records_each_episodes_credit(tmp_path):
     from agentkit.train import Run, score
+    from agentkit.train.config import load_config
     from agentkit.train.distributed import SingleProcess
-    from agentkit.train_config import load_config
 
     trajectories = [_trajectory("g", 0, 1.0, ["x", "y"]), _trajectory("g", 1, 0.0, ["x"]),
                     _trajectory("g", 2, 0.0, ["y"]), _trajectory("h", 0, 1.0, ["x"])]

@@ -98,7 +98,7 @@ def test_flatten_turns_nested_figures_into_scalars():
 def test_report_to_takes_words_or_a_comma_list():
     from agentkit.cli import build_parser
     from agentkit.core.config import settings_from_args
-    from agentkit.train_config import TrainConfig, load_config
+    from agentkit.train.config import TrainConfig, load_config
 
     args = build_parser().parse_args(["train", "--report-to", "tensorboard,wandb", "mlflow", "wandb"])
     assert load_config(None, None, settings_from_args(args, TrainConfig)).log.report_to == ["tensorboard", "wandb", "mlflow"]

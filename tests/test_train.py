@@ -14,7 +14,7 @@ import torch
 
 from agentkit.core.errors import AgentkitError, ConfigError
 from agentkit.train import train
-from agentkit.train_config import load_config
+from agentkit.train.config import load_config
 
 pytestmark = pytest.mark.textworld
 pytest.importorskip("textworld")

@@ -20,7 +20,7 @@ import pytest
 
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
 from agentkit.train import train
-from agentkit.train_config import load_config
+from agentkit.train.config import load_config
 
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 BASE = ["env.id=vaults/vaults-v0", "env.kwargs.families=amber", "env.max_turns=3", "eval.episodes=2", "eval.every=0",

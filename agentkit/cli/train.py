@@ -12,7 +12,7 @@ from agentkit.cli.common import add_settings, command_settings, given_settings, 
 def add_parsers(sub) -> None:
     """This module's commands on the ``agentkit`` parser's subcommands."""
     from agentkit.rollout.config import DemosConfig
-    from agentkit.train_config import TrainConfig
+    from agentkit.train.config import TrainConfig
 
     p = sub.add_parser("train", help="Train a policy (SFT, GRPO, OPD, SDAR, SAGE-OPD, ...) with one explicit loop.",
                        description="Train a policy. Settings: --config YAML, then --set section.key=value, then the "
@@ -40,7 +40,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from agentkit.train_config import TrainConfig, describe_config, load_config
+    from agentkit.train.config import TrainConfig, describe_config, load_config
 
     if args.help_config:
         print("Settings (--config YAML sections, --set KEY=VALUE, or the flags shown):\n"

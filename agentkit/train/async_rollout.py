@@ -159,9 +159,9 @@ def _play(cfg_json: str, run_dir: Path, model_dir: Path, first_step: int, weight
           threads: int) -> None:
     from agentkit.rollout.hf_backend import load_tokenizer
     from agentkit.rollout.run import make_collector, make_envs, sampling_params
+    from agentkit.train.config import TrainConfig
     from agentkit.train.episodes import episode_specs, sampling_seed, step_tasks
     from agentkit.train.policy import engine_sync, load_policy, policy_backend
-    from agentkit.train_config import TrainConfig
 
     torch.set_num_threads(threads)
     cfg = TrainConfig.model_validate_json(cfg_json)

@@ -16,7 +16,7 @@ from agentkit.core import runs
 from agentkit.core.errors import ConfigError
 from agentkit.objectives import Capabilities
 from agentkit.rollout.collector import EpisodeSpec
-from agentkit.train_config import RolloutSection, TrainConfig
+from agentkit.train.config import RolloutSection, TrainConfig
 
 
 def step_tasks(rollout: RolloutSection, step: int) -> range:

@@ -90,6 +90,7 @@ from agentkit.train.checkpoint import (
     load_training_state,
     save_checkpoint,
 )
+from agentkit.train.config import TrainConfig
 from agentkit.train.episodes import (
     episode_specs,
     load_skill_bank,
@@ -103,7 +104,6 @@ from agentkit.train.policy import engine_sync, load_policy, policy_backend, samp
 from agentkit.train.run_folder import NothingToDo, append_jsonl, prepare_run, truncate_jsonl, write_jsonl
 from agentkit.train.scoring import build_teacher_and_judge, score_step
 from agentkit.train.update import step_lr, update
-from agentkit.train_config import TrainConfig
 from agentkit.watch import Watch, signal_share
 
 # eval_report's figures that eval.jsonl records beside _summary's

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from agentkit.core.errors import ConfigError, MissingDependencyError, ModelError
-from agentkit.train_config import LoraSection
+from agentkit.train.config import LoraSection
 
 PEFT_MISSING = ("--lora-rank (train.lora.rank > 0) trains a LoRA adapter with peft, which is not installed: "
                 "pip install 'agentkit[lora]' (or set train.lora.rank=0 to train every weight).")

@@ -19,8 +19,8 @@ from agentkit.core.settings import BackendSettings
 from agentkit.rollout.backend import GenerationBackend, WeightSync
 from agentkit.rollout.backends import backend_kind, make_backend
 from agentkit.rollout.hf_backend import PRECISIONS, load_causal_lm, mixed_precision
+from agentkit.train.config import TrainSection
 from agentkit.train.lora import MergedWeights, add_adapter, resume_adapter
-from agentkit.train_config import TrainSection
 
 
 def load_policy(path: Path, train: TrainSection, *, resumed: bool = False, device: torch.device | str = "cpu"):

@@ -24,10 +24,10 @@ from agentkit.report.trackers import check_installed
 from agentkit.rollout.backends import backend_kind
 from agentkit.rollout.run import capped_episodes, check_env_settings, held_out_split, resolve_env
 from agentkit.train.checkpoint import check_complete, checkpoints, step_folders
+from agentkit.train.config import TrainConfig, dump_config, load_config
 from agentkit.train.episodes import run_tasks
 from agentkit.train.lora import check_peft
 from agentkit.train.scoring import resolve_teacher_spec
-from agentkit.train_config import TrainConfig, dump_config, load_config
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import torch
 
 from agentkit.core.faults import fault_active, fault_point
 from agentkit.objectives import policy_logprobs
-from agentkit.train_config import TrainSection
+from agentkit.train.config import TrainSection
 
 
 @dataclass

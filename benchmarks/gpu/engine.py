@@ -46,7 +46,7 @@ def main() -> int:
     from agentkit.rollout.vllm_backend import VLLMBackend
 
     from agentkit.train import load_policy
-    from agentkit.train_config import TrainSection
+    from agentkit.train.config import TrainSection
 
     if not torch.cuda.is_available():
         print("engine.py needs a GPU (vLLM's sleep mode and ipc weight sync are GPU-only).")

@@ -163,7 +163,7 @@ def base_overrides(setup: EnvSetup) -> list[str]:
 
 
 def sft_config(setup: EnvSetup, *, model: Path, demos: Path, out: Path, steps: int):
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     return load_config(None, [*base_overrides(setup), "objective.name=sft", "train.lr=2e-3", "train.demos_per_step=16",
                               f"train.steps={steps}", "eval.every=0", f"eval.episodes={setup.curve_episodes}",
@@ -172,7 +172,7 @@ def sft_config(setup: EnvSetup, *, model: Path, demos: Path, out: Path, steps: i
 
 
 def rl_config(setup: EnvSetup, variant: str, seed: int, *, model: Path, out: Path):
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     overrides = [o.replace("{sft}", str(model)) for o in VARIANTS[variant]]
     return load_config(None, [*base_overrides(setup), *overrides, "train.lr=2e-4", f"train.steps={setup.rl_steps}",

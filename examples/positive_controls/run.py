@@ -140,7 +140,7 @@ def run_one(out: Path, name: str, prepared: Path, quick: bool) -> None:
     """One control: its training run (or, for ``sft``, the teacher's evaluation) and result.json."""
     from agentkit.rollout.run import run_eval  # noqa: F401  (imported here: one thread set first)
 
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     folder = out / name
     if (folder / "result.json").exists():

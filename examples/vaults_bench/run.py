@@ -207,7 +207,7 @@ def rl_overrides(budget: Budget, arm: str, settings: dict[str, Any], *, lr: floa
 
 
 def load(overrides: list[str]):
-    from agentkit.train_config import load_config
+    from agentkit.train.config import load_config
 
     return load_config(None, overrides)
 

@@ -127,6 +127,7 @@ class _Actor:
     handle: Any  # ray.actor.ActorHandle
     pid_ref: Any  # its first call, answered as soon as it is up
     queue: deque[_Request]
+    up: bool = False  # answered pid_ref: until then no request's time counts (a replacement is starting)
 
 
 def _death(err: Exception) -> str:
@@ -183,7 +184,10 @@ class RayEnvs(ResetsAhead):
         self._actors = [self._start() for _ in range(num_actors)]
         self._done: deque[EnvResult] = deque()
         self.restarts = 0
+        self.start_timeout_s = start_timeout_s
         self._wait_started(start_timeout_s, cluster_cpus)
+        for actor in self._actors:
+            actor.up = True
 
     def _start(self) -> _Actor:
         handle = self._actor_class.remote(self.make_env)
@@ -288,6 +292,16 @@ class RayEnvs(ResetsAhead):
             if not actor.queue:
                 continue
             head = actor.queue[0]
+            if not actor.up:  # a request's time counts from when its actor is up, not while Ray starts it
+                actor.up = bool(self._ray.wait([actor.pid_ref], timeout=0)[0])
+                if actor.up:
+                    head.started = now
+                elif now - head.started > self.start_timeout_s:
+                    self._restart(index, f"its Ray actor did not start within {self.start_timeout_s:.0f} s")
+                    continue
+                else:
+                    nearest = 1.0 if nearest is None else min(nearest, 1.0)  # look again in a second
+                    continue
             left = head.started + self._timeout(head.op) - now
             if left <= 0:
                 self._restart(index, f"the environment did not answer within {self._timeout(head.op):.0f} s")

@@ -37,7 +37,7 @@ from agentkit.rollout.runners import make_env_runner
 from agentkit.rollout.workers import EnvRunner
 
 from agentkit.core import runs
-from agentkit.core.config import read_yaml, settings_of
+from agentkit.core.config import MISSING, get_dotted, read_yaml, settings_of
 from agentkit.core.errors import AgentkitError, ConfigError, DiskFullError, ModelError, OutputExistsError
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
 from agentkit.core.model_files import is_model_folder
@@ -81,24 +81,15 @@ def trained_settings(model: str | os.PathLike | None, keys: set[str], given: dic
     if not isinstance(saved, dict):
         raise ConfigError(f"{runs.config_file(run)} is not a mapping of settings; is {run} a training run's folder?")
     wanted = list(TRAINED_SETTINGS)
-    if given.get("env.id", _dotted(saved, "env.id")) != _dotted(saved, "env.id"):
+    if given.get("env.id", get_dotted(saved, "env.id")) != get_dotted(saved, "env.id"):
         wanted = [key for key in wanted if not key.startswith("env.")]
-    objective = _dotted(saved, "objective.name")
+    objective = get_dotted(saved, "objective.name")
     if isinstance(objective, str) and capabilities_of(objective).policy_sees_skills and runs.skill_bank_file(run).is_file():
         wanted += ["skills.retrieval", "skills.k", "skills.args"]
-    base = {key: _dotted(saved, key) for key in wanted if key in keys and _dotted(saved, key) is not _ABSENT}
+    base = {key: value for key in wanted if key in keys and (value := get_dotted(saved, key)) is not MISSING}
     if "skills.k" in base:
         base["skills.bank"] = str(runs.skill_bank_file(run))  # the run's own bank, with its statistics
     return base
-
-
-_ABSENT = object()
-
-
-def _dotted(values: dict[str, Any], key: str) -> Any:
-    for part in key.split("."):
-        values = values.get(part, _ABSENT) if isinstance(values, dict) else _ABSENT
-    return values
 
 
 def timestamped(name: str, suffix: str = "") -> Path:

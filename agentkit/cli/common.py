@@ -51,13 +51,17 @@ def command_settings(args: argparse.Namespace, model, *, what: str, policy: str 
     return load_settings(model, args.config, args.set, values, what=what, base=base)
 
 
-_ABSENT = object()
-
-
 def given_settings(args: argparse.Namespace, model) -> dict:
     """The settings this command gives, by dotted key: its flags, its --set items and every setting its
     --config file holds (``train --resume`` compares each with the run's)."""
-    from agentkit.core.config import parse_assignment, read_yaml, settings_from_args, settings_of
+    from agentkit.core.config import (
+        MISSING,
+        get_dotted,
+        parse_assignment,
+        read_yaml,
+        settings_from_args,
+        settings_of,
+    )
 
     given = settings_from_args(args, model)
     for item in args.set or []:
@@ -65,10 +69,7 @@ def given_settings(args: argparse.Namespace, model) -> dict:
         given.setdefault(key, value)
     loaded = read_yaml(args.config, what="config") if args.config else None
     for row in settings_of(model) if isinstance(loaded, dict) else []:
-        value = loaded
-        for part in row.key.split("."):
-            value = value.get(part, _ABSENT) if isinstance(value, dict) else _ABSENT
-        if value is not _ABSENT:
+        if (value := get_dotted(loaded, row.key)) is not MISSING:
             given.setdefault(row.key, value)
     return given
 

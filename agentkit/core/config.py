@@ -160,6 +160,16 @@ def _json_object(text: str, flag: str) -> dict[str, Any]:
     return value
 
 
+MISSING = object()  # what ``get_dotted`` answers for a key a mapping does not hold
+
+
+def get_dotted(data: Any, dotted: str) -> Any:
+    """The value of dotted ``key`` in nested mappings (``env.kwargs.families`` too), or ``MISSING``."""
+    for key in dotted.split("."):
+        data = data.get(key, MISSING) if isinstance(data, dict) else MISSING
+    return data
+
+
 def set_dotted(data: dict, dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = data

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentkit.core import runs
-from agentkit.core.config import settings_of
+from agentkit.core.config import MISSING, get_dotted, settings_of
 from agentkit.core.errors import AgentkitError, ConfigError, disk_full, no_space
 from agentkit.core.jsonl import append_whole
 from agentkit.report.trackers import check_installed
@@ -115,17 +115,6 @@ def never_started(run_dir: Path) -> bool:
     return not (metrics.exists() and metrics.read_text().strip())
 
 
-_MISSING = object()
-
-
-def _setting(values: dict[str, Any], key: str) -> Any:
-    """The value of dotted ``key`` in a config's ``model_dump()`` (``env.kwargs.families`` too), or ``_MISSING``."""
-    value: Any = values
-    for part in key.split("."):
-        value = value.get(part, _MISSING) if isinstance(value, dict) else _MISSING
-    return value
-
-
 def _resume_differences(cfg: TrainConfig, saved: TrainConfig, given: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The settings ``given`` for a resume that differ from the run's: (conflicts: what the run computes,
     refused; runtime: how it is carried out, ``Setting.runtime``, applied to this invocation: their
@@ -137,11 +126,11 @@ def _resume_differences(cfg: TrainConfig, saved: TrainConfig, given: dict[str, A
         if key in ("train.steps", "out"):
             continue
         row = rows.get(key) or next((r for k, r in rows.items() if key.startswith(f"{k}.")), None)
-        ours, theirs = _setting(command_values, key), _setting(run_values, key)
+        ours, theirs = get_dotted(command_values, key), get_dotted(run_values, key)
         if isinstance(ours, str) and isinstance(theirs, str) and Path(ours).exists() and Path(theirs).exists():
             differs = Path(ours).resolve() != Path(theirs).resolve()  # the same folder, however written
         elif isinstance(ours, dict) and isinstance(theirs, dict):
-            differs = any(theirs.get(k, _MISSING) != v for k, v in ours.items() if k in (given[key] or {}))
+            differs = any(theirs.get(k, MISSING) != v for k, v in ours.items() if k in (given[key] or {}))
         else:
             differs = ours != theirs
         if not differs:
@@ -150,7 +139,7 @@ def _resume_differences(cfg: TrainConfig, saved: TrainConfig, given: dict[str, A
             runtime.append(row.key)
         else:
             name = f"{row.flag} ({key})" if row is not None and row.key == key else key
-            shown = "(not set)" if theirs is _MISSING else repr(theirs)
+            shown = "(not set)" if theirs is MISSING else repr(theirs)
             conflicts.append(f"{name} is {shown} in the run but {ours!r} in this command")
     return conflicts, runtime
 
@@ -165,7 +154,7 @@ def _with_runtime(saved: TrainConfig, cfg: TrainConfig, keys: list[str]) -> tupl
         target = values
         for part in parents:
             target = target[part]
-        target[last] = _setting(command_values, key)
+        target[last] = get_dotted(command_values, key)
         named.append(f"{rows[key].flag or key} ({key}) = {target[last]!r}")
     return TrainConfig.model_validate(values), named
 

@@ -166,6 +166,7 @@ class RayEnvs(ResetsAhead):
                  start_timeout_s: float = 120.0) -> None:
         if num_actors <= 0:
             raise ValueError(f"num_actors must be positive, got {num_actors}")
+        super().__init__()
         connect(address)
         self._ray = ray = import_ray()
         self.make_env = make_env

@@ -90,39 +90,33 @@ class ResetsAhead:
     for the slot queues behind the early reset, whose result is dropped.
 
     A runner implements ``_submit(slot, op, arg)`` (sends the request, does not wait), ``_poll(timeout)``
-    and ``_close()``.
+    and ``_close()``, and calls ``super().__init__()``.
     """
 
-    def _ahead(self) -> _AheadState:
-        state = self.__dict__.get("_ahead_state")
-        if state is None:
-            state = self.__dict__["_ahead_state"] = _AheadState()
-        return state
+    def __init__(self) -> None:
+        self._ahead = _AheadState()
 
     def reset_ahead(self, slot: int, seed: Any) -> None:
-        state = self._ahead()
+        state = self._ahead
         if slot in state.started:  # one early reset per slot at a time
             return
         state.started[slot] = seed
         self._submit(slot, "reset", seed)
 
     def submit(self, slot: int, op: Op, arg: Any) -> None:
-        state = self._ahead()
+        state = self._ahead
         if slot in state.started:
             seed = state.started.pop(slot)
-            if op == "reset" and arg == seed:
-                held = state.held.pop(slot, None)
-                if held is None:
-                    state.claimed.add(slot)  # on its way: poll passes it on
-                else:
-                    state.ready.append(held)
+            if op == "reset" and arg == seed:  # taken: held, or still on its way (poll then passes it on)
+                if slot in state.held:
+                    state.ready.append(state.held.pop(slot))
                 return
             if state.held.pop(slot, None) is None:
                 state.dropped.add(slot)  # on its way: poll drops it
         self._submit(slot, op, arg)
 
     def poll(self, timeout: float | None) -> list[EnvResult]:
-        state = self._ahead()
+        state = self._ahead
         out, state.ready = state.ready, []
         for result in self._poll(0 if out else timeout):
             early = result.op == "reset"
@@ -131,7 +125,6 @@ class ResetsAhead:
             elif early and result.slot in state.dropped:
                 state.dropped.discard(result.slot)
             else:
-                state.claimed.discard(result.slot)
                 out.append(result)
         return out
 
@@ -143,7 +136,6 @@ class ResetsAhead:
 class _AheadState:
     started: dict[int, Any] = field(default_factory=dict)  # slot -> seed, not asked for yet
     held: dict[int, EnvResult] = field(default_factory=dict)  # results of early resets not asked for yet
-    claimed: set[int] = field(default_factory=set)  # asked for before their result came
     dropped: set[int] = field(default_factory=set)  # early resets whose result is to be dropped
     ready: list[EnvResult] = field(default_factory=list)  # asked-for results to hand out at the next poll
 
@@ -385,6 +377,7 @@ class WorkerPool(ResetsAhead):
                  reset_timeout_s: float = RESET_TIMEOUT_S, start_method: str = "spawn") -> None:
         if num_workers <= 0:
             raise ValueError(f"num_workers must be positive, got {num_workers}")
+        super().__init__()
         self.make_env = make_env
         self.num_workers = num_workers
         self.step_timeout_s = step_timeout_s

@@ -534,15 +534,20 @@ def sweep(args, budget: Budget, out: Path, times: dict[str, float]) -> dict[str,
     return frozen
 
 
+def frozen_specs(frozen: dict[str, Any], seeds, arms) -> dict[str, dict[str, Any]]:
+    """Every arm x seed with the frozen lr, budget and each arm's method settings, seed-major (a grid
+    cut short has every arm)."""
+    return {f"{arm}:seed-{seed}": {"arm": arm, "settings": frozen["methods"].get(METHOD_OF[arm], {}),
+                                   "lr": frozen["lr"], "steps": frozen["steps"], "seed": seed}
+            for seed in seeds for arm in arms}
+
+
 def main_grid(args, budget: Budget, out: Path, frozen: dict[str, Any], times: dict[str, float]) -> list[dict[str, Any]]:
     started = time.perf_counter()
     if not (out / "start_test.json").exists():  # the SFT policy every run starts from, on the same test games
         (out / "start_test.json").write_text(json.dumps(play(budget, student_dir(budget, out), split="test",
                                                              games=budget.test_games)))
-    specs = {f"{arm}:seed-{seed}": {"arm": arm, "settings": frozen["methods"].get(METHOD_OF[arm], {}),
-                                    "lr": frozen["lr"], "steps": frozen["steps"], "seed": seed}
-             for seed in args.seeds for arm in args.only}  # seed-major: a grid cut short has every arm
-    results = run_all(args, out, "main", specs)
+    results = run_all(args, out, "main", frozen_specs(frozen, args.seeds, args.only))
     times["main"] = times.get("main", 0.0) + time.perf_counter() - started
     return results
 
@@ -568,10 +573,7 @@ def phrasings(args, budget: Budget, out: Path, frozen: dict[str, Any], times: di
     if not (out / "phrasings_start.json").exists():
         (out / "phrasings_start.json").write_text(json.dumps(play(budget, student, split="test",
                                                                   games=budget.test_games)))
-    specs = {f"{arm}:seed-{seed}": {"arm": arm, "settings": frozen["methods"].get(METHOD_OF[arm], {}),
-                                    "lr": frozen["lr"], "steps": frozen["steps"], "seed": seed}
-             for seed in args.seeds for arm in PHRASED_ARMS}
-    results = run_all(args, out, "phrasings", specs)
+    results = run_all(args, out, "phrasings", frozen_specs(frozen, args.seeds, PHRASED_ARMS))
     times["phrasings"] = times.get("phrasings", 0.0) + time.perf_counter() - started
     return results
 

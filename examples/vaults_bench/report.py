@@ -79,6 +79,12 @@ def verdict(stat: dict[str, float], direction: str) -> str:
     return "**reproduced** (non-inferior)" if stat["low"] > -NON_INFERIORITY else "not reproduced"
 
 
+def claim_row(name: str, stat: dict[str, float], direction: str) -> str:
+    """A claim table's row: A - B, its interval, MDE, seeds x games, the verdict."""
+    return (f"| {name} | {pts(stat['diff'])} | [{pts(stat['low'])}, {pts(stat['high'])}] | "
+            f"{100 * stat['mde']:.1f} | {stat['seeds']} x {stat['games']} | {verdict(stat, direction)} |")
+
+
 def sweep_noise(runs: list[dict[str, Any]], games: int) -> float:
     """Half-width of a 95% interval for the difference of two final dev rates at the sweep's mean rate."""
     finals = [r["curve"][-1]["success_rate"] for r in runs if r["curve"]]
@@ -227,8 +233,7 @@ def valid_alternatives(results: dict[str, Any], rng: random.Random) -> list[str]
                        ("control: SAGE-OPD > the phrasing student", "sage_opd", "start")):
         stat = paired_bootstrap(games_of(arms, start, a, "test"), games_of(arms, start, b, "test"), rng)
         if stat is not None:
-            rows.append(f"| {name} | {pts(stat['diff'])} | [{pts(stat['low'])}, {pts(stat['high'])}] | "
-                        f"{100 * stat['mde']:.1f} | {stat['seeds']} x {stat['games']} | {verdict(stat, '>')} |")
+            rows.append(claim_row(name, stat, ">"))
     if rows:
         lines += ["| claim | A - B | 95% interval | MDE | seeds x games | verdict |", "|---|---:|---|---:|---:|---|",
                   *rows, ""]
@@ -332,8 +337,7 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             if stat is None:
                 lines.append(f"| {name} | - | - | - | - | not run |")
                 continue
-            lines.append(f"| {name} | {pts(stat['diff'])} | [{pts(stat['low'])}, {pts(stat['high'])}] | "
-                         f"{100 * stat['mde']:.1f} | {stat['seeds']} x {stat['games']} | {verdict(stat, direction)} |")
+            lines.append(claim_row(name, stat, direction))
         sat = [(arm, [g for g in (late_gain(r) for r in arms.get(arm, {}).values()) if g is not None])
                for arm in ("opd", "sage_opd")]
         if all(gains for _, gains in sat):

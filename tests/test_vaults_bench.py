@@ -83,7 +83,7 @@ def test_quick_grid_runs_every_stage_and_freezes_before_test(tmp_path):
     text = report.read_text()
     for heading in ("## Premise", "## Pilot", "## Sweep", "## Claims: paired differences on test", "SDAR > GRPO",
                     "SAGE-OPD > OPD", "## Diagnostics", "## SAGE-OPD's valid alternatives",
-                    "SAGE-OPD > OPD, from the phrasing student", "## Time"):
+                    "SAGE-OPD > OPD, from the phrasing student", "## Time", "the whole grid"):
         assert heading in text, heading
     assert (report.parent / "vaults_bench_curves.png").stat().st_size > 0
 

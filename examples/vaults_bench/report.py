@@ -389,6 +389,7 @@ def write_report(results: dict[str, Any], path: Path) -> None:
     lines += ["## Time", "", "On this machine (2 cores, `--jobs 2`, one thread per run). Wall time of each stage as "
               "the invocation that ran it recorded it (a stage resumed after an interruption records only its "
               "last part): " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in times.items())
+              + f"; the whole grid {sum(times.values()) / 60:.1f} min (its budget: 100 min)"
               + ". Process time of the RL runs (training, curves and test games; two run at a time): "
               + ", ".join(f"{k} {len(r)} runs, {sum(x['wall_s'] for x in r) / 60:.0f} process-min"
                           for k, r in runs.items() if r) + ".", ""]

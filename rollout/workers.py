@@ -294,6 +294,10 @@ def _worker_main(conn: Connection, make_env: Callable[[], Env], stop=None, paren
     if parent_pid is not None:
         die_with_parent(parent_pid, parent_death_signal)
     envs: dict[int, Env] = {}
+    try:
+        conn.send(_UP)  # started (its environment module imported): requests' time counts from here
+    except (BrokenPipeError, OSError):
+        return
     while True:
         try:
             request = conn.recv()
@@ -310,12 +314,15 @@ def _worker_main(conn: Connection, make_env: Callable[[], Env], stop=None, paren
     close_all(envs)
 
 
+_UP = (None, None, "up", None, None, 0.0)  # a worker's first message: it has started
+
+
 @dataclass
 class _Request:
     id: int
     slot: int
     op: Op
-    started: float  # when the worker began on it (or when it was queued behind nothing)
+    started: float  # when the worker began on it (or when it was queued behind nothing, or the worker came up)
 
 
 @contextlib.contextmanager
@@ -348,6 +355,8 @@ class _Worker:
         child.close()
         self.conn = parent
         self.queue: deque[_Request] = deque()
+        self.born = time.perf_counter()
+        self.up = False  # until its first message: a fresh interpreter importing the environment's module
 
     def kill(self) -> None:
         try:
@@ -371,10 +380,14 @@ class WorkerPool(ResetsAhead):
         step_timeout_s: a step taking longer counts as a hang: the worker is killed and restarted.
         reset_timeout_s: the same for reset (longer: first resets may generate games or start a JVM).
         start_method: multiprocessing start method ("spawn" is safe with torch threads).
+        start_timeout_s: how long a worker process may take to start (a fresh interpreter importing the
+            environment's module); a request's time counts from when its worker is up, so a restart on a
+            busy machine is not taken for a hang.
     """
 
     def __init__(self, make_env: Callable[[], Env], num_workers: int, *, step_timeout_s: float = STEP_TIMEOUT_S,
-                 reset_timeout_s: float = RESET_TIMEOUT_S, start_method: str = "spawn") -> None:
+                 reset_timeout_s: float = RESET_TIMEOUT_S, start_method: str = "spawn",
+                 start_timeout_s: float = 120.0) -> None:
         if num_workers <= 0:
             raise ValueError(f"num_workers must be positive, got {num_workers}")
         super().__init__()
@@ -382,6 +395,7 @@ class WorkerPool(ResetsAhead):
         self.num_workers = num_workers
         self.step_timeout_s = step_timeout_s
         self.reset_timeout_s = reset_timeout_s
+        self.start_timeout_s = start_timeout_s
         self._ctx = mp.get_context(start_method)
         self._workers = [_Worker(self._ctx, make_env, i) for i in range(num_workers)]
         self._ids = itertools.count()
@@ -418,6 +432,11 @@ class WorkerPool(ResetsAhead):
         try:
             while worker.conn.poll():
                 req_id, slot, op, value, error, elapsed = worker.conn.recv()
+                if req_id is None:  # _UP: the worker has started; its first request's time begins now
+                    worker.up = True
+                    if worker.queue:
+                        worker.queue[0].started = time.perf_counter()
+                    continue
                 request = worker.queue.popleft()
                 assert request.id == req_id, "worker answered out of order"
                 self._done.append(EnvResult(slot, op, value, error, elapsed))
@@ -433,9 +452,13 @@ class WorkerPool(ResetsAhead):
             if not worker.queue:
                 continue
             head = worker.queue[0]
-            left = head.started + self._timeout(head.op) - now
+            if worker.up:
+                left = head.started + self._timeout(head.op) - now
+            else:
+                left = worker.born + self.start_timeout_s - now
             if left <= 0:
-                self._restart(index, f"the environment did not answer within {self._timeout(head.op):.0f} s")
+                self._restart(index, f"the environment did not answer within {self._timeout(head.op):.0f} s" if worker.up
+                              else f"its worker process did not start within {self.start_timeout_s:.0f} s")
                 continue
             if not worker.process.is_alive():
                 self._receive(index)  # it may have answered before dying

@@ -49,6 +49,24 @@ def faulty(fault: str, max_turns: int = 4):
     return TurnLimit(FaultyEnv(fault), max_turns)
 
 
+class SlowToStart:
+    """A picklable environment maker whose unpickling (in a fresh worker process, before its first
+    message) takes ``seconds``: a worker starting slowly, as one does on a busy machine."""
+
+    def __init__(self, seconds: float, fault: str = "raise") -> None:
+        self.seconds, self.fault = seconds, fault
+
+    def __getstate__(self):
+        return {"seconds": self.seconds, "fault": self.fault}
+
+    def __setstate__(self, state):
+        time.sleep(state["seconds"])
+        self.seconds, self.fault = state["seconds"], state["fault"]
+
+    def __call__(self):
+        return faulty(self.fault)
+
+
 class CountingResets:
     """A real environment (vaults) whose observation after a reset says how many resets this
     instance has run: a reset run twice shows."""

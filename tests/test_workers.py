@@ -11,7 +11,7 @@ import pytest
 from agentkit.envs import ActionParser, make
 from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
 from agentkit.rollout.workers import InProcessEnvs, WorkerPool
-from helpers import CountingResets, KillingBackend, drain, faulty
+from helpers import CountingResets, KillingBackend, SlowToStart, drain, faulty
 
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
 
@@ -37,6 +37,30 @@ def test_pool_survives_a_fault_and_restarts(fault):
         assert [r.value[0] for r in drain(pool, 2)] == ["room 10", "room 11"]
         if fault != "raise":
             assert pool.restarts == 2
+    finally:
+        pool.close()
+
+
+def test_a_request_waits_for_its_worker_to_start_before_its_timeout_runs():
+    # the worker takes 3 s to start, the reset may take 1 s: the reset's time counts from when it is up
+    pool = WorkerPool(SlowToStart(3.0), num_workers=1, reset_timeout_s=1.0, step_timeout_s=1.0)
+    try:
+        pool.submit(0, "reset", 5)
+        (result,) = drain(pool, 1)
+        assert result.error is None and result.value[0] == "room 5"
+        assert pool.restarts == 0
+    finally:
+        pool.close()
+
+
+def test_a_worker_that_does_not_start_in_time_is_replaced_and_its_request_fails():
+    pool = WorkerPool(SlowToStart(60.0), num_workers=1, start_timeout_s=2.0)
+    try:
+        started = time.perf_counter()
+        pool.submit(0, "reset", 5)
+        (result,) = drain(pool, 1, timeout=30)
+        assert "its worker process did not start within 2 s" in result.error
+        assert time.perf_counter() - started < 20 and pool.restarts == 1
     finally:
         pool.close()
 

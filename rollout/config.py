@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
+from agentkit.rollout.backends import BackendSettings, backend_default
 from pydantic import Field, model_validator
 
 from agentkit.core.settings import (
-    BackendSettings,
     ContextSettings,
     EnvSettings,
     GenerationSettings,
@@ -15,7 +15,6 @@ from agentkit.core.settings import (
     SamplingSettings,
     Settings,
     SkillSettings,
-    backend_default,
 )
 
 MODEL_HELP = ("Policy model folder (Hugging Face format), or a run folder of agentkit train (its newest checkpoint). "

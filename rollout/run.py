@@ -31,6 +31,7 @@ from agentkit.envs import make
 from agentkit.envs.protocol import FiniteTasks, PreparesTasks
 from agentkit.envs.registry import lookup
 from agentkit.rollout.backend import SamplingParams
+from agentkit.rollout.backends import BackendSettings, make_backend
 from agentkit.rollout.collector import Collector, EpisodeSpec, RolloutStats, resolve_sampling
 from agentkit.rollout.config import RolloutConfig
 from agentkit.rollout.runners import make_env_runner
@@ -42,7 +43,6 @@ from agentkit.core.errors import AgentkitError, ConfigError, DiskFullError, Mode
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
 from agentkit.core.model_files import is_model_folder
 from agentkit.core.settings import (
-    BackendSettings,
     ContextSettings,
     EnvSettings,
     GenerationSettings,
@@ -214,8 +214,6 @@ def make_collector(backend, envs, *, env: EnvSettings, split: str, sampling: Sam
 
 def make_backend_from(settings: BackendSettings, model_dir: Path, *, seed: int):
     """The generation backend ``settings`` describe, over ``model_dir``."""
-    from agentkit.rollout.backends import make_backend
-
     return make_backend(settings, model_dir, seed=seed)
 
 

@@ -65,6 +65,18 @@ def _union_variants(annotation: Any) -> list[type[BaseModel]]:
     return variants
 
 
+def _union_tags(model: type[BaseModel]) -> set[str]:
+    """The tags (``kind``) of every discriminated union of settings models within ``model``."""
+    tags: set[str] = set()
+    for field in model.model_fields.values():
+        if (sub := _submodel(field.annotation)) is not None:
+            tags |= _union_tags(sub)
+        for variant in _union_variants(field.annotation):
+            tags.add(variant.model_fields["kind"].default)
+            tags |= _union_tags(variant)
+    return tags
+
+
 def _default_of(field: FieldInfo) -> Any:
     return None if field.is_required() else field.get_default(call_default_factory=True)
 
@@ -246,9 +258,9 @@ def validate_settings(model: type[BaseModel], data: dict[str, Any], *, renamed: 
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        problems = []
+        problems, tags = [], _union_tags(model)
         for e in err.errors():
-            loc = tuple(p for p in e["loc"] if p not in ("hf", "vllm", "openai"))
+            loc = tuple(p for p in e["loc"] if p not in tags)  # a union's tag is not a key of its section
             if e["type"] == "extra_forbidden":
                 problems.append(_unknown_key_message(tuple(e["loc"]), model, renamed or {}))
                 continue

@@ -17,9 +17,9 @@ A field's flag is ``--`` plus its name with dashes, unless the field declares an
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentkit.core.trajectory import ContextMode
 
@@ -124,110 +124,6 @@ class SkillSettings(Settings):
     k: int = Field(3, gt=0, json_schema_extra=flag("--skills-k"), description="Skills retrieved per episode.")
     args: dict[str, Any] = Field(default_factory=dict, json_schema_extra=flag("--retrieval-args"),
                                  description="The retriever's own settings (ucb: c).")
-
-
-# -- backends: a discriminated union, each with only its own options ------------------------------
-class HFBackendSettings(Settings):
-    kind: Literal["hf"] = Field("hf", json_schema_extra=flag("--backend"),
-                                description="Generation backend: hf (transformers; in training it samples with the "
-                                            "trained module itself), vllm (an in-process vLLM engine; weights synced "
-                                            "after every update), openai (an OpenAI-compatible server at --base-url; "
-                                            "--model is the folder with its tokenizer; not for training).")
-    device: str = Field("cpu", description="Torch device of the transformers backend.")
-    prefix_cache_mb: int | None = Field(None, ge=0, json_schema_extra=flag("--prefix-cache-mb") | RUNTIME,
-                                        description="Memory (MiB) for the transformers backend's prefix cache: each "
-                                                    "row's keys and values are kept, and a later prompt that starts "
-                                                    "with them (a chat episode's next turn) reads only its new tokens. "
-                                                    "Default: a quarter of the memory free at start; 0 turns it off.")
-
-    @property
-    def sleep_during_updates(self) -> bool:
-        """Whether the training loop frees the backend's memory during each update: it samples with
-        the trained module itself, so there is nothing to free."""
-        return False
-
-
-class VLLMBackendSettings(Settings):
-    kind: Literal["vllm"] = "vllm"
-    args: dict[str, Any] = Field(default_factory=dict, json_schema_extra=flag("--vllm-args"),
-                                 description="vllm.LLM settings (gpu_memory_utilization, dtype, weight_sync="
-                                             "direct|ipc|file, kv_cache_gib, enable_sleep_mode, tensor_parallel_size...).")
-    sleep: bool = Field(False, json_schema_extra=flag("--vllm-sleep"),
-                        description="Put the vLLM engine to sleep during updates (GPU; needs "
-                                    "--vllm-args enable_sleep_mode=true).")
-
-    @property
-    def sleep_during_updates(self) -> bool:
-        """Whether the training loop puts the engine to sleep during each update (``sleep``)."""
-        return self.sleep
-
-    @model_validator(mode="after")
-    def _check(self) -> VLLMBackendSettings:
-        if self.sleep and not self.args.get("enable_sleep_mode"):
-            raise ValueError("backend.sleep (--vllm-sleep) needs backend.args.enable_sleep_mode=true "
-                             "(--vllm-args enable_sleep_mode=true).")
-        return self
-
-
-class OpenAIBackendSettings(Settings):
-    kind: Literal["openai"] = "openai"
-    base_url: str = Field(..., description="Server API root for --backend openai, e.g. http://127.0.0.1:8000/v1 "
-                          "(key from $OPENAI_API_KEY).")
-    served_model: str | None = Field(None, description="Model name on the server (default: the first it lists).")
-    api: Literal["completions", "chat"] = Field("completions", description="completions: token-id prompts, "
-                                                "token-exact (vLLM, SGLang); chat: messages (hosted APIs; "
-                                                "re-tokenized when the server returns no ids).")
-    concurrency: int = Field(16, gt=0, description="Requests in flight.")
-    request_timeout: float = Field(120.0, gt=0, description="Seconds one request may take (each retry gets as long).")
-    max_retries: int = Field(4, ge=0, description="Retries of a failed request (connection errors, timeouts, "
-                             "429/5xx, malformed answers), with exponential backoff.")
-    max_response_bytes: int = Field(64 * 2**20, gt=0, description="Largest answer accepted, in bytes.")
-
-    @property
-    def sleep_during_updates(self) -> bool:
-        """Whether the training loop frees the backend's memory during each update: a server's is not ours."""
-        return False
-
-
-def _backend_section(value: Any) -> Any:
-    """``backend: vllm`` (or ``--set backend=vllm``) is short for ``backend: {kind: vllm}``; an
-    empty section is the default backend."""
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        return {"kind": value}
-    return value
-
-
-def _backend_kind(value: Any) -> str | None:
-    """The variant of a backend section: its ``kind``, ``hf`` when not given (None: not a section)."""
-    if isinstance(value, dict):
-        return value.get("kind", "hf")
-    if isinstance(value, (HFBackendSettings, VLLMBackendSettings, OpenAIBackendSettings)):
-        return value.kind
-    return None
-
-
-BackendSettings = Annotated[
-    Annotated[HFBackendSettings, Tag("hf")] | Annotated[VLLMBackendSettings, Tag("vllm")]
-    | Annotated[OpenAIBackendSettings, Tag("openai")],
-    Discriminator(_backend_kind, custom_error_type="backend_kind",
-                  custom_error_message="must be hf, vllm or openai (--backend), or a section with that kind"),
-    BeforeValidator(_backend_section),
-]
-# training samples with the weights it trains: no server backend
-TrainBackendSettings = Annotated[
-    Annotated[HFBackendSettings, Tag("hf")] | Annotated[VLLMBackendSettings, Tag("vllm")],
-    Discriminator(_backend_kind, custom_error_type="backend_kind",
-                  custom_error_message="training samples with the weights it trains: hf or vllm (--backend); an "
-                                       "openai server is for agentkit rollout and eval"),
-    BeforeValidator(_backend_section),
-]
-BACKEND_VARIANTS: tuple[type[Settings], ...] = (HFBackendSettings, VLLMBackendSettings, OpenAIBackendSettings)
-
-
-def backend_default() -> HFBackendSettings:
-    return HFBackendSettings()
 
 
 class OutputSettings(Settings):

@@ -25,10 +25,9 @@ from agentkit.core.settings import (
     SamplingSettings,
     Settings,
     SkillSettings,
-    TrainBackendSettings,
-    backend_default,
     flag,
 )
+from agentkit.rollout.backends import TrainBackendSettings, backend_default
 from agentkit.rollout.config import MODEL_HELP
 
 if TYPE_CHECKING:
@@ -235,10 +234,8 @@ class TrainConfig(Settings):
         from agentkit.skillbank.retrieval import REGISTRY as RETRIEVERS
 
         RETRIEVERS.spec(self.skills.retrieval)  # unknown name -> did you mean
-        if self.backend.kind == "hf" and self.backend.device != "cpu":
-            raise ValueError(f"--device {self.backend.device} (backend.device): one training process trains and samples "
-                             "on the CPU; accelerators come from a launcher (accelerate launch or torchrun, see "
-                             "docs/scaling.md), or sample with --backend vllm. Drop --device.")
+        if problem := self.backend.training_problem():
+            raise ValueError(problem)
         if not needs.uses_demonstrations and (self.sampling.top_p < 1 or self.sampling.top_k > 0):
             raise ValueError(f"sampling.top_p={self.sampling.top_p}, sampling.top_k={self.sampling.top_k}: training "
                              "samples from the whole distribution at sampling.temperature (the trainer's logprobs, the "

@@ -67,12 +67,13 @@ from agentkit.core.errors import (
 from agentkit.core.evalstats import paired_difference
 from agentkit.core.faults import fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_records, read_trajectories
-from agentkit.core.settings import GenerationSettings, HFBackendSettings
+from agentkit.core.settings import GenerationSettings
 from agentkit.core.trajectory import Trajectory
 from agentkit.objectives import Capabilities, policy_logprobs
 from agentkit.objectives.common import off_policy_correction
 from agentkit.report.trackers import Trackers, open_trackers
 from agentkit.rollout import EpisodeSpec
+from agentkit.rollout.backends import HFBackendSettings
 from agentkit.rollout.collector import RolloutStats
 from agentkit.rollout.export import read_source
 from agentkit.rollout.hf_backend import PRECISIONS, load_causal_lm, load_tokenizer

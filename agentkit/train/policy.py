@@ -15,9 +15,8 @@ from typing import Any
 import torch
 
 from agentkit.core.model_files import adapter_base
-from agentkit.core.settings import BackendSettings
 from agentkit.rollout.backend import GenerationBackend, WeightSync
-from agentkit.rollout.backends import backend_kind, make_backend
+from agentkit.rollout.backends import BackendSettings, backend_kind, make_backend
 from agentkit.rollout.hf_backend import PRECISIONS, load_causal_lm, mixed_precision
 from agentkit.train.config import TrainSection
 from agentkit.train.lora import MergedWeights, add_adapter, resume_adapter

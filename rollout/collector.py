@@ -11,13 +11,15 @@ its index in the group and the turn), so a rollout reproduces exactly however it
 happened to be batched. Each finished episode goes to ``on_trajectory`` (the writer) at once, so
 a crash loses only the episodes in flight. An environment that raises, dies or hangs ends its
 episode (truncated, the error recorded) without stopping the run; so does a context that would
-overflow the model. But an environment that fails ``max_consecutive_errors`` episodes in a row is
-broken, not unlucky: the run stops with an ``EnvError`` rather than write nothing but errors.
+overflow the model. But an environment (or a model) that fails ``max_consecutive_errors`` episodes in a
+row is broken, not unlucky: the run stops with an ``EnvError`` (a ``ModelError``) rather than write
+nothing but errors. Why an episode ended is its ``Ending``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import numbers
 import time
@@ -32,7 +34,7 @@ from agentkit.rollout.backend import GenerationBackend, SamplingParams, generati
 from agentkit.rollout.context import EpisodeContext, format_observation, make_context, task_type_of
 from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 
-from agentkit.core.errors import ConfigError, EnvError
+from agentkit.core.errors import ConfigError, EnvError, ModelError
 from agentkit.core.settings import ContextSettings, EnvSettings, default
 from agentkit.core.trajectory import (
     ContextMode,
@@ -194,6 +196,20 @@ def _short(value: Any) -> str:
 CONTEXT_FULL = "context full"  # the error of an episode whose next answer would not fit in the model's context
 
 
+class Ending(enum.Enum):
+    """Why an episode ended."""
+
+    PLAYED = "played"  # the environment ended it (terminated, or truncated by its turn limit)
+    ENV_ERROR = "environment error"  # its reset or step raised, died, hung or answered something unusable
+    MODEL_ERROR = "model error"  # the model's answer is unusable (NaN logprobs, ids outside the vocabulary)
+    CONTEXT_FULL = "context full"  # its next answer would not fit in the model's context (``CONTEXT_FULL``)
+
+    @property
+    def failed(self) -> bool:
+        """It counts toward ``max_consecutive_errors``."""
+        return self in (Ending.ENV_ERROR, Ending.MODEL_ERROR)
+
+
 @dataclass(frozen=True)
 class _PendingTurn:
     """A turn's sampled half, awaiting its environment step."""
@@ -272,10 +288,10 @@ class Collector:
             ``AUTO_IN_FLIGHT``.
         batch_wait_s: how long to wait for more environments once some episodes are ready to
             generate; None = half the duration of the last generate call.
-        max_consecutive_errors: stop (``EnvError``) once this many episodes in a row have ended in
-            an environment error (reset or step raised, its worker died or hung); an episode that
-            ends without one resets the count, and a full context is not an environment error.
-            Episodes that ended are passed to ``on_trajectory`` first. 0 = never stop.
+        max_consecutive_errors: stop once this many episodes in a row have ended in an environment
+            error (reset or step raised, its worker died or hung: ``EnvError``) or an unusable model
+            answer (``ModelError``); an episode that ends otherwise resets the count (a full context
+            is neither). Episodes that ended are passed to ``on_trajectory`` first. 0 = never stop.
         consecutive_errors: the count to start from (a training loop that builds one collector
             per step carries ``collector.consecutive_errors`` over to the next).
         max_observation_chars: the longest observation an episode may go on with.
@@ -357,23 +373,33 @@ class Collector:
             task_type=ep.task_type,
         )
 
-    def _count_env_error(self, error: str | None) -> None:
-        """Track environment errors in a row; raise once there are ``max_consecutive_errors``."""
-        if error is None:
+    def _count_errors(self, ending: Ending, error: str | None) -> None:
+        """Track failed episodes in a row; raise once there are ``max_consecutive_errors``, blaming
+        what failed last."""
+        if not ending.failed:
             self.consecutive_errors = 0
             return
         self.consecutive_errors += 1
         limit = self.max_consecutive_errors
-        if limit and self.consecutive_errors >= limit:
-            raise EnvError(
-                f"Environment {self.env_id!r} failed {self.consecutive_errors} episodes in a row "
-                f"(the limit is {limit}), so the run stops instead of recording only errors. The last error:\n"
-                f"  {error.strip().replace(chr(10), chr(10) + '  ')}\n"
-                f"Episodes that ended were written, with their errors. Check the environment on its own "
-                f"(agentkit envs check {self.env_id}), its settings and what it needs (a JVM, data files); "
-                f"if it fails only in bursts, raise the limit (agentkit train: --set env.max_consecutive_errors=N; "
-                f"0 = no limit)."
-            )
+        if not (limit and self.consecutive_errors >= limit):
+            return
+        last = (error or "").strip().replace(chr(10), chr(10) + "  ")
+        if ending is Ending.MODEL_ERROR:
+            raise ModelError(
+                f"The model's answers were unusable in {self.consecutive_errors} episodes in a row (the limit is "
+                f"{limit}), so the run stops instead of recording only errors. The last error:\n  {last}\n"
+                f"Episodes that ended were written, with their errors. Check the model (weights that became NaN: "
+                f"lower the lr or resume from an earlier checkpoint) and that its tokenizer is the model's own; "
+                f"if it happens only in bursts, raise the limit (--set env.max_consecutive_errors=N; 0 = no limit).")
+        raise EnvError(
+            f"Environment {self.env_id!r} failed {self.consecutive_errors} episodes in a row "
+            f"(the limit is {limit}), so the run stops instead of recording only errors. The last error:\n"
+            f"  {last}\n"
+            f"Episodes that ended were written, with their errors. Check the environment on its own "
+            f"(agentkit envs check {self.env_id}), its settings and what it needs (a JVM, data files); "
+            f"if it fails only in bursts, raise the limit (agentkit train: --set env.max_consecutive_errors=N; "
+            f"0 = no limit)."
+        )
 
     # -- the loop ----------------------------------------------------------------------------
     def _in_flight(self, specs: Iterable[EpisodeSpec]) -> int:
@@ -400,8 +426,9 @@ class Collector:
         environments answered, wait a little for more when only some episodes are ready, end the
         episodes whose context is full, generate one batch for the ready ones and send their actions.
 
-        Raises ``EnvError`` after ``max_consecutive_errors`` environment errors in a row; the
-        episodes still in flight are abandoned, so close the runner (``close()``) then.
+        Raises ``EnvError`` (``ModelError``) after ``max_consecutive_errors`` failed episodes in a row,
+        the last an environment's error (an unusable model answer); the episodes still in flight are
+        abandoned, so close the runner (``close()``) then.
         """
         # specs are read lazily: a billion episodes stream through at most ``_in_flight`` at a time
         flight = _Flight(iter(specs), self._in_flight(specs), on_trajectory, progress)
@@ -447,7 +474,7 @@ class Collector:
         if result.op == "reset":
             flight.stats.reset_s += result.elapsed_s
             if error is not None:
-                self._finish(flight, ep, terminated=False, truncated=True, error=error)
+                self._finish(flight, ep, Ending.ENV_ERROR, error=error)
                 return
             ep.observation, ep.info = result.value
             ep.task, ep.privileged = ep.info.get("task") or "", ep.info.get("privileged")
@@ -475,7 +502,8 @@ class Collector:
                               turn.response_ids)
         ep.info = info
         if terminated or truncated:
-            self._finish(flight, ep, terminated=bool(terminated), truncated=bool(truncated), error=error)
+            self._finish(flight, ep, Ending.PLAYED if error is None else Ending.ENV_ERROR,
+                         terminated=bool(terminated), truncated=bool(truncated), error=error)
             return
         ep.observation = obs
         self._prepare_prompt(ep, first=False)
@@ -486,7 +514,7 @@ class Collector:
         room = self.backend.max_context - self.sampling.max_new_tokens
         for ep in [e for e in flight.ready if len(self._prompt(e)) > room]:
             flight.ready.remove(ep)
-            self._finish(flight, ep, terminated=False, truncated=True, error=CONTEXT_FULL, env_error=False)
+            self._finish(flight, ep, Ending.CONTEXT_FULL, error=CONTEXT_FULL)
 
     def _generate(self, flight: _Flight) -> None:
         """One batched generate call for every ready episode; each answer goes to its environment."""
@@ -502,7 +530,7 @@ class Collector:
         for ep, gen in zip(batch, generations, strict=True):
             problem = generation_problem(gen, params, self._vocab_size)
             if problem is not None:
-                self._finish(flight, ep, terminated=False, truncated=True, error=f"the model's answer is unusable: {problem}")
+                self._finish(flight, ep, Ending.MODEL_ERROR, error=f"the model's answer is unusable: {problem}")
                 continue
             text = self.backend.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             ep.pending_turn = _PendingTurn(
@@ -512,17 +540,17 @@ class Collector:
             flight.waiting[ep.slot] = ep
             self.envs.submit(ep.slot, "step", text)
 
-    def _finish(self, flight: _Flight, ep: _Episode, *, terminated: bool, truncated: bool, error: str | None,
-                env_error: bool = True) -> None:
-        """The episode ended: free its slot, record it, hand it on. ``env_error``: whether ``error``
-        (if any) came from the environment (``max_consecutive_errors`` counts only those)."""
+    def _finish(self, flight: _Flight, ep: _Episode, ending: Ending, *, terminated: bool = False,
+                truncated: bool = True, error: str | None = None) -> None:
+        """The episode ended (why: ``ending``): free its slot, record it, hand it on, count it
+        toward ``max_consecutive_errors`` if it failed. An episode cut short is truncated."""
         flight.free_slots.append(ep.slot)
         trajectory = self._trajectory(ep, terminated=terminated, truncated=truncated, error=error)
         flight.stats.add(trajectory)
         flight.on_trajectory(trajectory)
         if flight.progress is not None:
             flight.progress(trajectory, flight.stats)
-        self._count_env_error(error if env_error else None)
+        self._count_errors(ending, error)
 
     def close(self) -> None:
         self.envs.close()

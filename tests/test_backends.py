@@ -55,10 +55,10 @@ def test_a_new_kind_is_its_settings_and_one_entry():
     settings parse, its options get flags, and training offers it only when it trains."""
     from typing import Literal
 
+    from agentkit.rollout import backends
     from pydantic import BaseModel, Field
 
     from agentkit.core.config import settings_of, validate_settings
-    from agentkit.rollout import backends
 
     class SGLangSettings(backends.BackendSettingsBase):
         kind: Literal["sglang"] = "sglang"
@@ -81,8 +81,9 @@ def test_a_new_kind_is_its_settings_and_one_entry():
 
 
 def test_the_commands_offer_the_kinds_of_the_entries():
-    from agentkit.core.config import settings_of
     from agentkit.rollout.config import RolloutConfig
+
+    from agentkit.core.config import settings_of
     from agentkit.train.config import TrainConfig
 
     def kinds(model):

@@ -45,7 +45,7 @@ import torch
 import torch.multiprocessing as mp
 
 from agentkit.core import runs
-from agentkit.core.errors import ConfigError, EnvError, GeneratorError
+from agentkit.core.errors import ConfigError, EnvError, GeneratorError, ModelError
 from agentkit.core.faults import fault_point
 from agentkit.core.jsonl import TrajectoryWriter, read_complete_lines
 from agentkit.core.trajectory import episode_id
@@ -118,8 +118,9 @@ class Generator:
             if self.process.is_alive():
                 return
             kind, message = "died", f"the generator process exited (code {self.process.exitcode})"
-        if kind in ("EnvError", "ConfigError"):  # the environment's or the settings' own one-line error
-            raise {"EnvError": EnvError, "ConfigError": ConfigError}[kind](f"async generator: {message}")
+        own = {"EnvError": EnvError, "ModelError": ModelError, "ConfigError": ConfigError}
+        if kind in own:  # the environment's, the model's or the settings' own one-line error
+            raise own[kind](f"async generator: {message}")
         raise GeneratorError(f"async generator: {message} before step {step + 1}'s trajectories were whole (its "
                              f"episodes so far are kept). Continue the run with: agentkit train --out "
                              f"{shlex.quote(str(self.run_dir))} --resume")
@@ -148,7 +149,7 @@ def _generator_main(cfg_json: str, run_dir: str, model_dir: str, first_step: int
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops this process
     try:
         _play(cfg_json, Path(run_dir), Path(model_dir), first_step, weights, version, lock, stop, threads)
-    except (EnvError, ConfigError) as err:
+    except (EnvError, ModelError, ConfigError) as err:
         errors.put((type(err).__name__, str(err)))
     except BaseException as err:  # its traceback here, one line from the trainer
         traceback.print_exc()

@@ -30,6 +30,8 @@ import time
 from datetime import date
 from pathlib import Path
 
+from agentkit.core.settings import ContextSettings
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ENV_ID = "vaults/vaults-v0"
 
@@ -45,7 +47,7 @@ def collector_round(model_dir: Path, *, prefix_cache_mb: int | None, batch: int,
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, stop=())
     collector = Collector(backend, lambda: make(ENV_ID, max_turns=turns, action_parser=ActionParser(require_match=False),
                                                 families="amber", chambers=turns, moves=turns),
-                          env_id=ENV_ID, sampling=params, context="chat")
+                          env_id=ENV_ID, sampling=params, context=ContextSettings(mode="chat"))
     found = []
     read, asked = backend.prefilled_tokens, backend.prompt_tokens
     start = time.perf_counter()

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from agentkit.core.settings import ContextSettings
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
@@ -43,7 +45,7 @@ def run(backend, env_id: str, batch: int, turns: int, max_new_tokens: int, seed:
     for task in range(batch):
         warm.reset(seed=seed + task)
     warm.close()
-    collector = Collector(backend, InProcessEnvs(make_env), env_id=env_id, sampling=params, context="chat")
+    collector = Collector(backend, InProcessEnvs(make_env), env_id=env_id, sampling=params, context=ContextSettings(mode="chat"))
     tokenize_start = backend.tokenizer.seconds
     final_context: list[int] = []
 

@@ -37,6 +37,8 @@ import time
 from datetime import date
 from pathlib import Path
 
+from agentkit.core.settings import ContextSettings
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
@@ -150,7 +152,7 @@ def measure(env_id: str, backend, batch: int, turns: int, max_new_tokens: int, c
             started = 0
             while started < env_workers:
                 started += len(envs.poll(None))
-        collector = Collector(recorder, envs, env_id=env_id, sampling=params, context=context)
+        collector = Collector(recorder, envs, env_id=env_id, sampling=params, context=ContextSettings(mode=context))
         tokenizing_s = recorder.tokenizer.seconds  # the chat template rendered once at construction
         write_s = 0.0
 

@@ -37,7 +37,6 @@ from agentkit.rollout.workers import EnvResult, EnvRunner, InProcessEnvs
 from agentkit.core.errors import ConfigError, EnvError, ModelError
 from agentkit.core.settings import ContextSettings, EnvSettings, default
 from agentkit.core.trajectory import (
-    ContextMode,
     Trajectory,
     Turn,
     episode_group,
@@ -276,10 +275,9 @@ class Collector:
             system prompt and the stop strings unless ``action_format`` is given.
         split: recorded in trajectories.
         sampling: sampling settings; ``stop=None`` (the default) means the action format's stop strings.
-        context: "chat" or "window" (``make_context``).
-        window: turns of history in window mode.
-        show_admissible: list the admissible actions in each observation.
-        system_prompt: the system message; None: the action format's instruction.
+        context: what the model sees each turn (``ContextSettings``: ``mode`` chat or window, the
+            ``window``, ``show_admissible``, the ``system_prompt``, None: the action format's
+            instruction); None: the defaults.
         action_format: the environment's action format; None: ``env_info(env_id).action_format``.
         skills: picks each episode's skills after reset: ``skills(spec, task, info) -> (ids, text)``
             (``agentkit.skillbank.SkillSelector``); ids are recorded, ``text`` (None = teacher-only)
@@ -316,10 +314,7 @@ class Collector:
         env_id: str,
         split: str = "train",
         sampling: SamplingParams | None = None,
-        context: ContextMode = "chat",
-        window: int = default(ContextSettings, "window"),
-        show_admissible: bool = default(ContextSettings, "show_admissible"),
-        system_prompt: str | None = None,
+        context: ContextSettings | None = None,
         action_format: ActionFormat | None = None,
         skills: Callable[[EpisodeSpec, str, dict[str, Any]], tuple[list[str], str | None]] | None = None,
         max_in_flight: int = 0,
@@ -338,7 +333,8 @@ class Collector:
         fmt = action_format or env_info(env_id).action_format
         self.action_format = fmt
         self.sampling = resolve_sampling(sampling or SamplingParams(), fmt)
-        self.show_admissible = show_admissible
+        context = context or ContextSettings()
+        self.show_admissible = context.show_admissible
         self.skills = skills
         self.max_in_flight = max_in_flight
         self.batch_wait_s = batch_wait_s
@@ -347,8 +343,9 @@ class Collector:
         self.max_observation_chars = max_observation_chars
         self.policy_version = policy_version
         self._vocab_size = len(backend.tokenizer)
-        self.context = make_context(context, backend.tokenizer, fmt.instruction if system_prompt is None else system_prompt,
-                                    window)
+        self.context = make_context(context.mode, backend.tokenizer,
+                                    fmt.instruction if context.system_prompt is None else context.system_prompt,
+                                    context.window)
         self.context_mode = self.context.mode
 
     # -- prompts and records -----------------------------------------------------------------

@@ -204,12 +204,10 @@ def make_collector(backend, envs, *, env: EnvSettings, split: str, sampling: Sam
                    policy_version=None) -> Collector:
     """The one way every command builds a collector from settings (``policy_version``: the training
     loop's, see ``Collector``)."""
-    prompt = {"system_prompt": context.system_prompt} if context.system_prompt is not None else {}
-    return Collector(backend, envs, env_id=env.id, split=split, sampling=sampling, context=context.mode,
-                     window=context.window, show_admissible=context.show_admissible, skills=skills,
+    return Collector(backend, envs, env_id=env.id, split=split, sampling=sampling, context=context, skills=skills,
                      max_in_flight=max_in_flight, max_consecutive_errors=env.max_errors,
                      consecutive_errors=consecutive_errors, max_observation_chars=env.max_observation_chars,
-                     policy_version=policy_version, **prompt)
+                     policy_version=policy_version)
 
 
 def make_backend_from(settings: BackendSettings, model_dir: Path, *, seed: int):

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from agentkit.core.errors import ConfigError, PluginError, UnknownNameError
 from agentkit.core.plugins import PluginSpec
+from agentkit.core.settings import ContextSettings
 from agentkit.core.trajectory import Trajectory, Turn
 
 
@@ -225,7 +226,7 @@ def test_ratio_is_one_before_the_update_at_the_sampling_temperature(backend, con
 
     collector = Collector(backend, lambda: make("vaults/vaults-v0", max_turns=3, action_parser=ActionParser()),
                           env_id="vaults/vaults-v0", sampling=SamplingParams(temperature=0.7, max_new_tokens=8),
-                          context=context)
+                          context=ContextSettings(mode=context))
     trajectories = []
     backend.reseed(3)
     collector.run([EpisodeSpec(seed, s) for seed in range(2) for s in range(2)], trajectories.append)

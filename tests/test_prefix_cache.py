@@ -11,6 +11,8 @@ from agentkit.envs import ActionParser, make
 from agentkit.rollout import Collector, EpisodeSpec, SamplingParams
 from agentkit.rollout.hf_backend import CachedRow, HFBackend, PrefixCache, load_causal_lm, load_tokenizer
 
+from agentkit.core.settings import ContextSettings
+
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=8)
 
 
@@ -109,7 +111,7 @@ def test_collector_chat_episodes_are_the_same_with_the_cache_on_and_off(vaults_s
         backend = HFBackend(vaults_sft_model, seed=0, prefix_cache_mb=prefix_cache_mb)
         collector = Collector(backend, lambda: make("vaults/vaults-v0", max_turns=16, action_parser=ActionParser(),
                                                     families="amber", chambers=2, moves=16),
-                              env_id="vaults/vaults-v0", context="chat",
+                              env_id="vaults/vaults-v0", context=ContextSettings(mode="chat"),
                               sampling=SamplingParams(temperature=0.7, max_new_tokens=16))
         found = []
         collector.run([EpisodeSpec(seed, s) for seed in range(3) for s in range(2)], found.append)

@@ -12,6 +12,7 @@ from agentkit.rollout.context import ContextBuilder, encode_data, make_context
 from agentkit.rollout.hf_backend import sample_logprobs
 
 from agentkit.core.jsonl import TrajectoryWriter, read_trajectories
+from agentkit.core.settings import ContextSettings
 
 
 def teacher_forced_logprobs(model, ids: list[int]) -> torch.Tensor:
@@ -112,7 +113,7 @@ def test_collector_multi_turn_trajectories_rebuild_exactly(backend, tmp_path, co
     parser = ActionParser()
     collector = Collector(
         backend, lambda: make("textworld/coin-v0", max_turns=4, action_parser=parser, level=2),
-        env_id="textworld/coin-v0", sampling=SamplingParams(temperature=1.0, max_new_tokens=12), context=context,
+        env_id="textworld/coin-v0", sampling=SamplingParams(temperature=1.0, max_new_tokens=12), context=ContextSettings(mode=context),
     )
     backend.reseed(1)
     path = tmp_path / "t.jsonl"
@@ -232,6 +233,6 @@ def test_collector_takes_prompt_and_stop_strings_from_the_action_format(backend)
     assert seen[0].stop == ("]]", "\n\n") and written[0].sampling["stop"] == ["]]", "\n\n"]
     assert fmt.instruction in backend.tokenizer.decode(written[0].turns[0].context_ids)
     # explicit stop strings and system prompt win over the format's
-    Collector(Recording(), _EchoEnv, env_id="echo", action_format=fmt, system_prompt="Be brief.",
+    Collector(Recording(), _EchoEnv, env_id="echo", action_format=fmt, context=ContextSettings(system_prompt="Be brief."),
               sampling=SamplingParams(max_new_tokens=4, stop=())).run([EpisodeSpec(0)], written.append)
     assert seen[1].stop == () and "Be brief." in backend.tokenizer.decode(written[1].turns[0].context_ids)

@@ -11,6 +11,7 @@ from agentkit.teachers import LLMJudge, OracleJudge, Teacher, make_judge, make_t
 from agentkit.teachers.context import prefix_ids, privileged_text
 
 from agentkit.core.errors import ConfigError, ModelError, PluginError, UnknownNameError
+from agentkit.core.settings import ContextSettings
 
 pytestmark = pytest.mark.textworld
 pytest.importorskip("textworld")
@@ -259,7 +260,7 @@ def deviating(backend):
     for context in ("chat", "window"):
         collector = Collector(ScriptedBackend(backend, DEVIATION), env_factory(
             "textworld/coin-v0", split="train", max_turns=len(DEVIATION), env_kwargs={"level": 103}),
-            env_id="textworld/coin-v0", context=context)
+            env_id="textworld/coin-v0", context=ContextSettings(mode=context))
         collector.run([EpisodeSpec(0, 0)], lambda t, context=context: out.__setitem__(context, t))
         assert [t.action for t in out[context].turns] == DEVIATION
     return out

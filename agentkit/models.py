@@ -223,9 +223,7 @@ def resolve_model_dir(path: str | os.PathLike, *, flag: str = "--model") -> Path
 
 
 def _newest_checkpoint(run_dir: Path, given: str) -> Path:
-    from agentkit.train.checkpoint import checkpoints
-
-    steps = checkpoints(run_dir)
+    steps = runs.checkpoints(run_dir)
     if not steps:
         raise ModelError(f"{given} is a training run folder with no complete checkpoint yet "
                          f"(checkpoints/step-N with a COMPLETE marker). Continue it with: agentkit train --out {run_dir} "

@@ -42,7 +42,7 @@ class Capabilities:
         policy_sees_skills: the skills go into the policy's own prompt (train and eval), and UCB
             retrieval credits them with the episode's return; otherwise only a teacher sees them
             and they are credited with how the teacher's lift agrees with the outcome
-            (``agentkit.skill_credit``).
+            (``agentkit.train.skill_credit``).
         needs_support: the teacher also returns its distribution over a support (``topk``) and
             ``loss(batch, logprobs, support)`` takes the policy's log-probs there: [N, K], the
             rows of ``x[batch.response_mask > 0]`` (see ``policy_logprobs(..., support=True)``).

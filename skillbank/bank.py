@@ -5,7 +5,7 @@ A bank file is a mapping ``{"skills": [ {id, title, text, keywords, applies_to, 
 (``alfworld:pick_and_place``); an empty list means "anywhere". ``stats`` (uses, reward_sum) are
 what UCB retrieval learns from; they are written back with the bank, atomically, so an edit the
 user made by hand and the learned statistics live in the same file. The reward is what the
-caller credits a skill's episodes with (in training, ``agentkit.skill_credit``: the return only
+caller credits a skill's episodes with (in training, ``agentkit.train.skill_credit``: the return only
 when the policy sees the skills). Banks that name the sum ``return_sum``, as agentkit wrote it
 before, load as they are.
 """

@@ -6,7 +6,7 @@ resumed run retrieves what the uninterrupted run would have. Statistics are upda
 caller through ``SkillBank.record_episode`` after each episode; the training loop credits each
 episode's skills with the episode's return when the policy sees them, and otherwise with a reward
 in [0, 1] that says whether the teacher holding them endorsed the student's actions in won
-episodes and disfavoured them in lost ones (``agentkit.skill_credit``).
+episodes and disfavoured them in lost ones (``agentkit.train.skill_credit``).
 """
 
 from __future__ import annotations

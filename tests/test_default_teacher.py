@@ -15,7 +15,7 @@ import yaml
 from agentkit.objectives import Capabilities
 from agentkit.rollout.run import resolve_env
 
-import agentkit.default_teacher as default_teacher
+import agentkit.train.default_teacher as default_teacher
 from agentkit.cli import main
 from agentkit.core.errors import ConfigError
 from agentkit.core.settings import ContextSettings, EnvSettings

@@ -64,7 +64,7 @@ def test_each_objective_trains_and_logs_its_diagnostics(objective, sft_model, ti
         rewards = sum(s["stats"]["reward_sum"] for s in bank["skills"])
         if objective == "skill_grpo":  # the policy sees its skills: they are credited with the return
             assert rewards == pytest.approx(sum(t.episode_return * len(t.skills) for t in played))
-        else:  # only the teacher does: with its lift signed by the outcome, in [0, 1] (agentkit.skill_credit)
+        else:  # only the teacher does: with its lift signed by the outcome, in [0, 1] (agentkit.train.skill_credit)
             assert all(0 <= s["stats"]["reward_sum"] <= s["stats"]["uses"] for s in bank["skills"])
     if objective == "skill_grpo":  # the policy itself reads the skills
         from agentkit.rollout.hf_backend import load_tokenizer

@@ -180,3 +180,31 @@ def test_every_package_folder_is_installed():
     listed = {path.parent for path in installed_modules().values()}
     for init in [*ROOT.glob("agentkit/**/__init__.py"), *ROOT.glob("envs/**/__init__.py")]:
         assert init.parent in listed, f"{init.parent} is a package that pyproject.toml's packages do not list"
+
+
+# the floors of the house, bottom up: a module imports only from its own floor or below
+FLOORS = (
+    ("agentkit.core",),
+    ("agentkit.envs", "agentkit.objectives", "agentkit.skillbank"),
+    ("agentkit.rollout", "agentkit.models"),
+    ("agentkit.teachers",),
+    ("agentkit.report",),
+    ("agentkit.train",),
+    ("agentkit.cli", "agentkit.settings_doc", "agentkit"),
+)
+
+
+def floor_of(module: str) -> int:
+    """The floor of ``module``: the floor of the longest listed prefix."""
+    best = max((prefix for floor in FLOORS for prefix in floor if module == prefix or module.startswith(prefix + ".")),
+               key=len)
+    return next(i for i, floor in enumerate(FLOORS) if best in floor)
+
+
+def test_no_import_goes_up_a_floor():
+    graph = import_graph()
+    up = sorted(f"{module} (floor {floor_of(module)}) -> {target} (floor {floor_of(target)})"
+                for module, targets in graph.items() for target in targets if floor_of(target) > floor_of(module))
+    assert not up, ("a lower floor imports a higher one (move what it needs down, or the importer up):\n"
+                    + "\n".join(up))
+    assert floor_of("agentkit.envs.webshop.env") == 1 and floor_of("agentkit.train.loop") == 5

@@ -1,5 +1,5 @@
 """What UCB retrieval credits a skill with: the episode's return when the policy sees the skills,
-the teacher's lift signed by the outcome when only the teacher does (``agentkit.skill_credit``)."""
+the teacher's lift signed by the outcome when only the teacher does (``agentkit.train.skill_credit``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from agentkit.rollout import EpisodeSpec
 from agentkit.skillbank import Skill, SkillBank, SkillSelector, make_retriever
 
 from agentkit.core.trajectory import Trajectory, Turn
-from agentkit.skill_credit import NEUTRAL, group_outcomes, lift_credits, skill_credits, teacher_lift
+from agentkit.train.skill_credit import NEUTRAL, group_outcomes, lift_credits, skill_credits, teacher_lift
 
 
 def test_teacher_lift_is_the_mean_log_ratio_over_each_episodes_response_tokens():

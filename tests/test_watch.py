@@ -1,9 +1,9 @@
-"""agentkit.watch: the share of groups with a learning signal, and the failure signs said once each."""
+"""agentkit.train.watch: the share of groups with a learning signal, and the failure signs said once each."""
 
 from __future__ import annotations
 
 from agentkit.core.trajectory import Trajectory
-from agentkit.watch import Watch, signal_share
+from agentkit.train.watch import Watch, signal_share
 
 
 def _episode(group: str, sample: int, ret: float) -> Trajectory:

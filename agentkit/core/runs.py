@@ -24,6 +24,7 @@ CHECKPOINTS = "checkpoints"
 TRAJECTORIES = "trajectories"
 SIGNALS = "signals"
 SKILL_BANK = "skillbank.yaml"
+CHECKPOINT_MARKER = "COMPLETE"  # written last into a checkpoint folder: it is complete
 STEP_PREFIX = "step-"
 
 
@@ -85,6 +86,21 @@ def signals_dir(run_dir: Path) -> Path:
 def signals_file(run_dir: Path, step: int) -> Path:
     """Per-token teacher signals of step ``step`` (from 1)."""
     return signals_dir(run_dir) / f"{step_name(step)}.jsonl"
+
+
+def step_folders(run_dir: Path) -> list[int]:
+    """Steps of every ``checkpoints/step-N`` folder, complete or not (``checkpoints`` lists the complete ones)."""
+    root = checkpoints_dir(run_dir)
+    if not root.is_dir():
+        return []
+    return sorted(step for p in root.iterdir() if (step := step_of(p.name)) is not None)
+
+
+def checkpoints(run_dir: Path) -> list[int]:
+    """Steps of the checkpoints in ``run_dir`` that were completely written (holding their marker;
+    temporary folders of an interrupted write ignored). ``agentkit.train.checkpoint.check_complete``
+    verifies one against its marker."""
+    return [step for step in step_folders(run_dir) if (checkpoint_dir(run_dir, step) / CHECKPOINT_MARKER).exists()]
 
 
 def is_run_folder(folder: Path) -> bool:

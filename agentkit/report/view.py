@@ -58,9 +58,7 @@ def _tokenizer_folder(source: Path, trajectories: list[Trajectory], model: str |
     if model:
         candidates.append(Path(model))
     if source.is_dir():
-        from agentkit.train.checkpoint import checkpoints
-
-        candidates += [runs.checkpoint_dir(source, step) for step in reversed(checkpoints(source))]
+        candidates += [runs.checkpoint_dir(source, step) for step in reversed(runs.checkpoints(source))]
         config = runs.config_file(source)
         if config.exists():
             import yaml

@@ -34,8 +34,9 @@ from agentkit.core import runs
 from agentkit.core.errors import ConfigError, DiskFullError, disk_full, human_bytes, no_space
 from agentkit.core.faults import fault_point
 from agentkit.core.model_files import WEIGHT_FILES
+from agentkit.core.runs import checkpoints
 
-MARKER = "COMPLETE"
+MARKER = runs.CHECKPOINT_MARKER
 REQUIRED = ("optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json", MARKER)  # and WEIGHT_FILES
 
 
@@ -131,20 +132,6 @@ def _disk_full(run_dir: Path, step: int, part: str, where: Path, err: BaseExcept
         kept = "the run's other files are intact; it has no complete checkpoint yet"
     return disk_full(f"checkpoint {runs.step_name(step)} ({part}) to", where, err,
                      f"The partial checkpoint was removed; {kept}. Free some space there to go on.")
-
-
-def checkpoints(run_dir: Path) -> list[int]:
-    """Steps of the checkpoints in ``run_dir`` that were completely written (temporary folders of
-    an interrupted write ignored). ``check_complete`` verifies one against its marker."""
-    return [step for step in step_folders(run_dir) if (runs.checkpoint_dir(run_dir, step) / MARKER).exists()]
-
-
-def step_folders(run_dir: Path) -> list[int]:
-    """Steps of every ``checkpoints/step-N`` folder, complete or not (``checkpoints`` lists the complete ones)."""
-    root = runs.checkpoints_dir(run_dir)
-    if not root.is_dir():
-        return []
-    return sorted(step for p in root.iterdir() if (step := runs.step_of(p.name)) is not None)
 
 
 def _sha256(path: Path) -> str:

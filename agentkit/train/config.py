@@ -73,7 +73,7 @@ class TeacherSection(Settings):
                              description="Teacher for distillation objectives: self | model:DIR | vllm:DIR | "
                                          "openai:URL[#MODEL] | a plugin (default: the objective's own; for one "
                                          "that distills from a separate model, the default teacher of the "
-                                         "environment, built on first use: agentkit.default_teacher).")
+                                         "environment, built on first use: agentkit.train.default_teacher).")
     privileged: list[Literal["skills", "env"]] | None = Field(
         None, json_schema_extra=flag("--teacher-privileged"),
         description="Privileged context shown to the teacher (default: skills for self, none for model).")
@@ -123,7 +123,7 @@ class TrainSection(Settings):
         False, json_schema_extra=flag("--gradient-checkpointing") | RUNTIME,
         description="Keep only each layer's input in the forward pass and recompute the rest in the backward pass: "
         "activation memory of a long episode falls from every layer's to one layer's, for about one more forward pass.")
-    demos: str | None = Field(None, description="Demonstrations for objectives that train on them: a JSONL file (agentkit demos) or a dataset of trajectories (agentkit export: a Parquet file or folder, a save_to_disk folder). Default: the environment's expert games, recorded on first use (agentkit.default_teacher).")
+    demos: str | None = Field(None, description="Demonstrations for objectives that train on them: a JSONL file (agentkit demos) or a dataset of trajectories (agentkit export: a Parquet file or folder, a save_to_disk folder). Default: the environment's expert games, recorded on first use (agentkit.train.default_teacher).")
     demos_per_step: int = Field(16, gt=0, description="Demonstration episodes per step.")
     old_logprobs: Literal["auto", "trainer", "sampler"] = Field(
         "auto", description="pi_old of the policy-gradient ratio. trainer: one no-gradient forward of the trained model per "
@@ -227,7 +227,7 @@ class TrainConfig(Settings):
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
         # unknown or invalid settings -> error; the needs under these settings (objectives are pure maths: cheap)
-        # a teacher or demonstrations it needs and is not given are the run's defaults (agentkit.default_teacher)
+        # a teacher or demonstrations it needs and is not given are the run's defaults (agentkit.train.default_teacher)
         needs = self.objective.requirements()
         if needs.needs_groups and self.rollout.group_size < 2:
             raise ValueError(f"{self.objective.name} compares episodes within a group: rollout.group_size must be >= 2.")

@@ -83,8 +83,6 @@ from agentkit.rollout.run import (
     make_envs,
     sampling_params,
 )
-from agentkit.signals import episode_signals
-from agentkit.skill_credit import skill_credits
 from agentkit.train.async_rollout import generator_stats
 from agentkit.train.checkpoint import (
     checkpoints,
@@ -104,8 +102,10 @@ from agentkit.train.lora import BaseView
 from agentkit.train.policy import engine_sync, load_policy, policy_backend, samples_policy_itself
 from agentkit.train.run_folder import NothingToDo, append_jsonl, prepare_run, truncate_jsonl, write_jsonl
 from agentkit.train.scoring import build_teacher_and_judge, score_step
+from agentkit.train.signals import episode_signals
+from agentkit.train.skill_credit import skill_credits
 from agentkit.train.update import step_lr, update
-from agentkit.watch import Watch, signal_share
+from agentkit.train.watch import Watch, signal_share
 
 # eval_report's figures that eval.jsonl records beside _summary's
 _EVAL_REPORT_KEYS = ("success_ci95", "mean_turns_solved", "by_task_type", "won_by_seed")
@@ -180,7 +180,7 @@ class TrainResult:
     def summary(self) -> str:
         lines = [f"run folder: {self.run_dir} (metrics.jsonl, eval.jsonl, checkpoints/, curves.png)"]
         if self.teacher is not None:
-            from agentkit.default_teacher import describe_teacher
+            from agentkit.train.default_teacher import describe_teacher
 
             lines.append(f"teacher: {describe_teacher(self.teacher)}")
         if self.final_eval is not None:
@@ -369,7 +369,7 @@ def _check_played(trajectories: list, path: Path, cfg: TrainConfig, step: int) -
 
 def score(run: Run, trajectories: list, step: int):
     """Teacher scores and turn judgments (the loop's, without gradients), and with them each episode's
-    credit to its skills (``agentkit.skill_credit``: the return when the policy sees the skills, the
+    credit to its skills (``agentkit.train.skill_credit``: the return when the policy sees the skills, the
     teacher's lift when only the teacher does); then the objective's token batch with the reference
     policy's logprobs; writes a few episodes' per-token signals."""
     cfg, ranks = run.cfg, run.ranks
@@ -562,7 +562,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
                       "collect_s": collect_s, "update_s": update_s, "prepare_s": prepare_s, **batch.metrics, **synced, **updated.objective_metrics}
             share = signal_share(trajectories) if run.demos is None else None
             if share is not None:
-                record["signal_share"] = share  # groups whose returns differ (agentkit.watch)
+                record["signal_share"] = share  # groups whose returns differ (agentkit.train.watch)
             last = step + 1 == cfg.train.steps
             if ranks.is_main and (last or (cfg.eval.every and (step + 1) % cfg.eval.every == 0)):
                 evaluate_step(run, step + 1)

@@ -20,10 +20,11 @@ from agentkit.core import runs
 from agentkit.core.config import MISSING, get_dotted, settings_of
 from agentkit.core.errors import AgentkitError, ConfigError, disk_full, no_space
 from agentkit.core.jsonl import append_whole
+from agentkit.core.runs import checkpoints, step_folders
 from agentkit.report.trackers import check_installed
 from agentkit.rollout.backends import backend_kind
 from agentkit.rollout.run import capped_episodes, check_env_settings, held_out_split, resolve_env
-from agentkit.train.checkpoint import check_complete, checkpoints, step_folders
+from agentkit.train.checkpoint import check_complete
 from agentkit.train.config import TrainConfig, dump_config, load_config
 from agentkit.train.episodes import run_tasks
 from agentkit.train.lora import check_peft
@@ -242,7 +243,7 @@ def prepare_run(cfg: TrainConfig, resume: bool, given: dict[str, Any] | None = N
     episodes = capped_episodes(0, cfg.eval.episodes, check_env_settings(cfg.env, cfg.eval.split, range(cfg.eval.episodes)),
                                what="eval.episodes", split=cfg.eval.split)
     cfg = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"episodes": episodes})})
-    from agentkit.default_teacher import with_run_defaults
+    from agentkit.train.default_teacher import with_run_defaults
 
     cfg = with_run_defaults(cfg)  # the teacher and demonstrations the objective needs, built on first use
     if not cfg.train.demos:  # the run's training tasks, made now where they are made on first use

@@ -67,7 +67,7 @@ def choose_teacher(capabilities: Capabilities, given: str | None, *, objective: 
     ``capabilities``: ``given`` (``--teacher``) when there is one; else None when the objective
     needs no teacher; else its declared ``default_teacher`` (``self``); else ``separate()``, a
     separate model made for the run (``agentkit train`` passes the default teacher of its
-    environment, ``agentkit.default_teacher``); else a ConfigError saying what to pass."""
+    environment, ``agentkit.train.default_teacher``); else a ConfigError saying what to pass."""
     if given or not capabilities.needs_teacher:
         return given
     if capabilities.default_teacher is not None:

@@ -1,6 +1,6 @@
 """The update phase of the training loop: minibatch optimizer steps over a step's token batch, with a
 token budget per micro-batch, NaN/inf updates skipped. The loop (``agentkit.train``) and the default
-teacher's fine-tuning (``agentkit.default_teacher``) both run it; ``benchmarks/train_step.py`` times it."""
+teacher's fine-tuning (``agentkit.train.default_teacher``) both run it; ``benchmarks/train_step.py`` times it."""
 
 from __future__ import annotations
 

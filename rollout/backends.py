@@ -100,7 +100,6 @@ class OpenAIBackendSettings(BackendSettingsBase):
     max_response_bytes: int = Field(64 * 2**20, gt=0, description="Largest answer accepted, in bytes.")
 
 
-
 def _nothing_to_check() -> None:
     pass
 
@@ -190,6 +189,9 @@ def _backend_kind(value: Any) -> str | None:
 
 
 def _section(kinds: dict[str, BackendKind], message: str) -> Any:
+    """The settings type of a ``backend`` section that may be any of ``kinds``, told apart by ``kind``."""
+    if len(kinds) == 1:  # a union of one is its member
+        return Annotated[next(iter(kinds.values())).settings, BeforeValidator(_backend_section)]
     variants = tuple(Annotated[kind.settings, Tag(name)] for name, kind in kinds.items())
     return Annotated[Union[variants], Discriminator(_backend_kind, custom_error_type="backend_kind",  # noqa: UP007
                                                     custom_error_message=message), BeforeValidator(_backend_section)]
@@ -201,11 +203,12 @@ def _either(names) -> str:
 
 
 _TRAINING = {name: kind for name, kind in BACKENDS.items() if kind.trains}
+_NOT_TRAINING = [name for name in BACKENDS if name not in _TRAINING]
 BackendSettings = _section(BACKENDS, f"must be {_either(BACKENDS)} (--backend), or a section with that kind")
 # training samples with the weights it trains: no server backend
 TrainBackendSettings = _section(
-    _TRAINING, f"training samples with the weights it trains: {_either(_TRAINING)} (--backend); "
-               f"{_either([n for n in BACKENDS if n not in _TRAINING])} only for agentkit rollout and eval")
+    _TRAINING, f"training samples with the weights it trains: {_either(_TRAINING)} (--backend)"
+               + (f"; {_either(_NOT_TRAINING)} only for agentkit rollout and eval" if _NOT_TRAINING else ""))
 BACKEND_VARIANTS: tuple[type[BackendSettingsBase], ...] = tuple(kind.settings for kind in BACKENDS.values())
 
 

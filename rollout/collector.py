@@ -23,6 +23,7 @@ import enum
 import hashlib
 import numbers
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
@@ -340,6 +341,7 @@ class Collector:
         self.batch_wait_s = batch_wait_s
         self.max_consecutive_errors = max_consecutive_errors
         self.consecutive_errors = consecutive_errors
+        self._failures: Counter[Ending] = Counter()  # the row's failures this collector saw, by kind
         self.max_observation_chars = max_observation_chars
         self.policy_version = policy_version
         self._vocab_size = len(backend.tokenizer)
@@ -372,31 +374,33 @@ class Collector:
 
     def _count_errors(self, ending: Ending, error: str | None) -> None:
         """Track failed episodes in a row; raise once there are ``max_consecutive_errors``, blaming
-        what failed last."""
+        the model only when every failure of the run this collector saw was the model's."""
         if not ending.failed:
             self.consecutive_errors = 0
+            self._failures.clear()
             return
         self.consecutive_errors += 1
+        self._failures[ending] += 1
         limit = self.max_consecutive_errors
         if not (limit and self.consecutive_errors >= limit):
             return
         last = (error or "").strip().replace(chr(10), chr(10) + "  ")
-        if ending is Ending.MODEL_ERROR:
+        ending_words = (f"so the run stops instead of recording only errors. The last error:\n  {last}\n"
+                        "Episodes that ended were written, with their errors. ")
+        raise_limit = "if it happens only in bursts, raise the limit (--max-env-errors N; 0 = no limit)."
+        models = self._failures[Ending.MODEL_ERROR]
+        if models == self.consecutive_errors:  # every failure in the row was the model's
             raise ModelError(
-                f"The model's answers were unusable in {self.consecutive_errors} episodes in a row (the limit is "
-                f"{limit}), so the run stops instead of recording only errors. The last error:\n  {last}\n"
-                f"Episodes that ended were written, with their errors. Check the model (weights that became NaN: "
-                f"lower the lr or resume from an earlier checkpoint) and that its tokenizer is the model's own; "
-                f"if it happens only in bursts, raise the limit (--set env.max_consecutive_errors=N; 0 = no limit).")
+                f"The model's answers were unusable in {models} episodes in a row (the limit is {limit}), "
+                + ending_words + "Check the model (weights that became NaN: lower the lr or resume from an earlier "
+                "checkpoint) and that its tokenizer is the model's own; " + raise_limit)
+        what = (f"failed {self.consecutive_errors} episodes in a row" if not models else
+                f"and the model failed {self.consecutive_errors} episodes in a row ({models} of them with unusable "
+                "model answers)")
         raise EnvError(
-            f"Environment {self.env_id!r} failed {self.consecutive_errors} episodes in a row "
-            f"(the limit is {limit}), so the run stops instead of recording only errors. The last error:\n"
-            f"  {last}\n"
-            f"Episodes that ended were written, with their errors. Check the environment on its own "
-            f"(agentkit envs check {self.env_id}), its settings and what it needs (a JVM, data files); "
-            f"if it fails only in bursts, raise the limit (agentkit train: --set env.max_consecutive_errors=N; "
-            f"0 = no limit)."
-        )
+            f"Environment {self.env_id!r} {what} (the limit is {limit}), " + ending_words
+            + f"Check the environment on its own (agentkit envs check {self.env_id}), its settings and what it needs "
+            "(a JVM, data files); " + raise_limit)
 
     # -- the loop ----------------------------------------------------------------------------
     def _in_flight(self, specs: Iterable[EpisodeSpec]) -> int:

@@ -294,8 +294,8 @@ def _worker_main(conn: Connection, make_env: Callable[[], Env], stop=None, paren
     if parent_pid is not None:
         die_with_parent(parent_pid, parent_death_signal)
     envs: dict[int, Env] = {}
-    try:
-        conn.send(_UP)  # started (its environment module imported): requests' time counts from here
+    try:  # started (its environment module imported): requests' time counts from now (this clock is the machine's)
+        conn.send((None, None, "up", None, None, time.perf_counter()))
     except (BrokenPipeError, OSError):
         return
     while True:
@@ -314,7 +314,6 @@ def _worker_main(conn: Connection, make_env: Callable[[], Env], stop=None, paren
     close_all(envs)
 
 
-_UP = (None, None, "up", None, None, 0.0)  # a worker's first message: it has started
 
 
 @dataclass
@@ -382,12 +381,12 @@ class WorkerPool(ResetsAhead):
         start_method: multiprocessing start method ("spawn" is safe with torch threads).
         start_timeout_s: how long a worker process may take to start (a fresh interpreter importing the
             environment's module); a request's time counts from when its worker is up, so a restart on a
-            busy machine is not taken for a hang.
+            busy machine is not taken for a hang. None: ``reset_timeout_s``.
     """
 
     def __init__(self, make_env: Callable[[], Env], num_workers: int, *, step_timeout_s: float = STEP_TIMEOUT_S,
                  reset_timeout_s: float = RESET_TIMEOUT_S, start_method: str = "spawn",
-                 start_timeout_s: float = 120.0) -> None:
+                 start_timeout_s: float | None = None) -> None:
         if num_workers <= 0:
             raise ValueError(f"num_workers must be positive, got {num_workers}")
         super().__init__()
@@ -395,7 +394,7 @@ class WorkerPool(ResetsAhead):
         self.num_workers = num_workers
         self.step_timeout_s = step_timeout_s
         self.reset_timeout_s = reset_timeout_s
-        self.start_timeout_s = start_timeout_s
+        self.start_timeout_s = reset_timeout_s if start_timeout_s is None else start_timeout_s
         self._ctx = mp.get_context(start_method)
         self._workers = [_Worker(self._ctx, make_env, i) for i in range(num_workers)]
         self._ids = itertools.count()
@@ -432,10 +431,10 @@ class WorkerPool(ResetsAhead):
         try:
             while worker.conn.poll():
                 req_id, slot, op, value, error, elapsed = worker.conn.recv()
-                if req_id is None:  # _UP: the worker has started; its first request's time begins now
+                if req_id is None:  # "up": the worker has started; its first request's time begins then
                     worker.up = True
                     if worker.queue:
-                        worker.queue[0].started = time.perf_counter()
+                        worker.queue[0].started = max(worker.queue[0].started, elapsed)
                     continue
                 request = worker.queue.popleft()
                 assert request.id == req_id, "worker answered out of order"

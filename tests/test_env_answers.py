@@ -267,6 +267,25 @@ def test_nan_logprobs_from_a_model_with_nan_weights_end_episodes_not_the_run(tin
     assert len(written) == 3 and all("the model's answer is unusable: logprob nan" in t.error for t in written)
 
 
+def test_a_row_of_failures_blames_the_model_only_when_every_one_was_the_models(tiny_model_dir):
+    from agentkit.rollout.collector import Ending
+    from agentkit.rollout.hf_backend import HFBackend
+
+    collector = _collector(HFBackend(tiny_model_dir, seed=0), functools.partial(make, ENV_ID, max_turns=4), limit=3)
+    collector._count_errors(Ending.MODEL_ERROR, "the model's answer is unusable: logprob nan")
+    collector._count_errors(Ending.PLAYED, None)  # an episode that played starts the row again
+    collector._count_errors(Ending.MODEL_ERROR, "the model's answer is unusable: logprob nan")
+    collector._count_errors(Ending.ENV_ERROR, "step failed: boom")
+    with pytest.raises(EnvError, match=r"(?s)failed 3 episodes in a row \(2 of them with unusable model answers\)"
+                                       r".*--max-env-errors N"):
+        collector._count_errors(Ending.MODEL_ERROR, "the model's answer is unusable: logprob nan")
+    collector._count_errors(Ending.CONTEXT_FULL, "context full")  # neither: the row starts again
+    collector._count_errors(Ending.MODEL_ERROR, "x")
+    collector._count_errors(Ending.MODEL_ERROR, "x")
+    with pytest.raises(ModelError, match="unusable in 3 episodes in a row"):
+        collector._count_errors(Ending.MODEL_ERROR, "x")
+
+
 @pytest.mark.parametrize(("fault", "problem"), [
     ("bad_ids", "token id 10000000 is outside the tokenizer's vocabulary"),
     ("positive_logprobs", "logprob 0.7"),

@@ -43,7 +43,7 @@ def test_pool_survives_a_fault_and_restarts(fault):
 
 def test_a_request_waits_for_its_worker_to_start_before_its_timeout_runs():
     # the worker takes 3 s to start, the reset may take 1 s: the reset's time counts from when it is up
-    pool = WorkerPool(SlowToStart(3.0), num_workers=1, reset_timeout_s=1.0, step_timeout_s=1.0)
+    pool = WorkerPool(SlowToStart(3.0), num_workers=1, reset_timeout_s=1.0, step_timeout_s=1.0, start_timeout_s=30.0)
     try:
         pool.submit(0, "reset", 5)
         (result,) = drain(pool, 1)
@@ -54,7 +54,7 @@ def test_a_request_waits_for_its_worker_to_start_before_its_timeout_runs():
 
 
 def test_a_worker_that_does_not_start_in_time_is_replaced_and_its_request_fails():
-    pool = WorkerPool(SlowToStart(60.0), num_workers=1, start_timeout_s=2.0)
+    pool = WorkerPool(SlowToStart(60.0), num_workers=1, reset_timeout_s=2.0)  # a start may take as long as a reset
     try:
         started = time.perf_counter()
         pool.submit(0, "reset", 5)

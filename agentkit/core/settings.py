@@ -75,8 +75,8 @@ class EnvSettings(Settings):
                                        "longer one ends there, truncated, with the reason recorded.")
     max_errors: int = Field(10, ge=0, json_schema_extra=flag("--max-env-errors") | RUNTIME,
                             description="Stop once this many episodes in a row end in an environment error (it "
-                                        "raised, its worker died or hung); each is recorded with its error. "
-                                        "0 = never stop.")
+                                        "raised, its worker died or hung) or an unusable model answer (NaN "
+                                        "logprobs); each is recorded with its error. 0 = never stop.")
 
     @model_validator(mode="after")
     def _check(self) -> EnvSettings:

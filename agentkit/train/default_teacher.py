@@ -52,7 +52,7 @@ RECIPE = Recipe()
 TEACHERS = "teachers"  # under cache_dir()
 DEMOS = "demos"
 INFO_FILE = "agentkit_model.json"  # written last: the folder is complete when it is there
-BUILDER = "agentkit.train.default_teacher"
+BUILDER = "agentkit.default_teacher"  # recorded in the teachers it built (cached): kept as first written
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 

@@ -25,7 +25,12 @@ reports the share of the CPUs other processes took meanwhile. The figures are me
 of (samples or generated tokens) / wall time of the timed steps, after ``--warmup`` untimed steps.
 agentkit's sampling stops at ``</action>`` by default (its agent action format); the script turns
 that off so both sides stop only at the end-of-turn token or the length limit. agentkit's loop runs
-one extra final step that is not timed (it evaluates and checkpoints at the last step). Skips
+one extra final step that is not timed (it evaluates and checkpoints at the last step). agentkit's
+GRPO defaults to the reference code's KL (``kl_coef`` 0.01, which loads a frozen reference model and
+runs it every step); the script sets 0, TRL's ``beta``, so neither side has a reference (until
+2026-12-07 it did not, and agentkit's figures paid for a reference TRL never ran). Its other
+reference-code defaults (dual-clip 3 on negative advantages, the unbiased group std) change the
+loss's values, not its cost. Skips
 (exit 0) when trl is missing. ``benchmarks/peer_trl_multiturn.py`` reuses the TRL configurations,
 the clocks and the summary here.
 """
@@ -133,26 +138,32 @@ def run_agentkit(args, model_dir: Path, work: Path) -> dict:
     from agentkit.envs import ACTION_TAG, ActionFormat, registry
 
     from agentkit.train import train
-    from agentkit.train.config import TrainConfig
 
     torch.set_num_threads(args.threads)
     # the <action> format's system prompt without its stop strings (TRL stops only at the end of the sequence)
     registry.register(ENV_ID, PromptEnv, action_format=ActionFormat(ACTION_TAG.instruction), overwrite=True,
                       prompts=args.prompts)
     clock = AgentkitClock()
+    run = train(agentkit_config(args, model_dir, work), show_progress=False)
+    return clock.result(run.run_dir, args.warmup, args.steps)
+
+
+def agentkit_config(args, model_dir: Path, work: Path):
+    """agentkit's side of the workload: the training settings (TRL's are ``trl_grpo_config``)."""
+    from agentkit.train.config import TrainConfig
+
     total_steps = args.warmup + args.steps + 1  # the last step also evaluates and checkpoints: not timed
-    cfg = TrainConfig.model_validate({
+    return TrainConfig.model_validate({
         "model": str(model_dir), "out": str(work / "agentkit-run"), "seed": args.seed,
         "env": {"id": ENV_ID, "kwargs": {}, "max_turns": 1, "workers": 0},
         "rollout": {"tasks_per_step": args.prompts_per_step, "group_size": args.group_size},
         "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": args.max_completion},
         "context": {"show_admissible": False},
-        "objective": {"name": "grpo", "args": {"clip_low": 0.2, "clip_high": 0.2}},
+        "objective": {"name": "grpo", "args": {"clip_low": 0.2, "clip_high": 0.2, "kl_coef": 0.0}},
         "train": {"steps": total_steps, "lr": 1e-5, "grad_clip": 1.0},
         "eval": {"every": 0, "episodes": 1},
         "checkpoint": {"every": 0, "keep": 1},
     })
-    return clock.result(train(cfg, show_progress=False).run_dir, args.warmup, args.steps)
 
 
 def trl_grpo_config(*, out: Path, config: str, seed: int, steps: int, samples: int, group_size: int,

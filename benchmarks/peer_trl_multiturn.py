@@ -32,7 +32,9 @@ with the tool replies masked out. Both sides:
   = turns - 1, and the reward function steps the last answer, so both sides play every answer);
 - same prompts: agentkit's system prompt, then the first observation (agentkit's ``format_observation``)
   as the user message; each reply comes back as a user message holding the formatted observation;
-- GRPO as in ``peer_trl.py``: temperature 1, beta 0, one pass and one optimizer step per batch, token-mean
+- GRPO as in ``peer_trl.py``: temperature 1, beta 0 (agentkit: ``kl_coef`` 0, no reference model; until
+  2026-12-07 its default 0.01 was left on, so agentkit ran a reference TRL did not), one pass and one
+  optimizer step per batch, token-mean
   loss (``dapo``), group-std advantages, clip 0.2, gradient clipping 1, AdamW; reward = the episode return.
 
 What differs, and why:
@@ -197,24 +199,30 @@ def run_agentkit(args, model_dir: Path, work: Path, turns: int) -> dict:
     import torch
 
     from agentkit.train import train
-    from agentkit.train.config import TrainConfig
 
     torch.set_num_threads(args.threads)
     register_env()
     clock, env_clock = AgentkitClock(), EnvClock()
-    cfg = TrainConfig.model_validate({
+    result = clock.result(train(agentkit_config(args, model_dir, work, turns), show_progress=False).run_dir,
+                          args.warmup, args.steps)
+    return result | env_clock.result(result["window"])
+
+
+def agentkit_config(args, model_dir: Path, work: Path, turns: int):
+    """agentkit's side of the workload: the training settings (TRL's: ``run_trl``'s ``trl_grpo_config``)."""
+    from agentkit.train.config import TrainConfig
+
+    return TrainConfig.model_validate({
         "model": str(model_dir), "out": str(work / "agentkit-run"), "seed": args.seed,
         "env": {"id": ENV_ID, "kwargs": {}, "max_turns": turns, "workers": 0},
         "rollout": {"tasks_per_step": args.tasks_per_step, "group_size": args.group_size},
         "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": args.max_tokens_per_turn},
         "context": {"mode": "chat", "show_admissible": args.show_admissible},
-        "objective": {"name": "grpo", "args": {"clip_low": 0.2, "clip_high": 0.2}},
+        "objective": {"name": "grpo", "args": {"clip_low": 0.2, "clip_high": 0.2, "kl_coef": 0.0}},
         "train": {"steps": args.warmup + args.steps + 1, "lr": 1e-5, "grad_clip": 1.0},  # + 1: the untimed last step
         "eval": {"every": 0, "episodes": 1, "split": "train"},
         "checkpoint": {"every": 0, "keep": 1},
     })
-    result = clock.result(train(cfg, show_progress=False).run_dir, args.warmup, args.steps)
-    return result | env_clock.result(result["window"])
 
 
 def run_trl(args, model_dir: Path, work: Path, turns: int, config: str) -> dict:

@@ -69,3 +69,17 @@ def test_tiny_run_prints_both_trl_configurations():
     row = next(line for line in done.stdout.splitlines() if line.startswith("| 2 |"))
     assert row.count("x**") == 2  # both ratios
     assert "tokens/episode" in done.stdout
+
+
+def test_neither_side_runs_a_reference_model(peer, tmp_path):
+    """The workload has no KL (TRL's beta 0): agentkit's GRPO, whose default kl_coef loads a frozen
+    reference and runs it every step, must not pay for one in either peer."""
+    import peer_trl  # the single-turn peer, from the same folder
+
+    peer.register_env()
+    args = SimpleNamespace(seed=0, tasks_per_step=2, group_size=8, max_tokens_per_turn=16, show_admissible=False,
+                           warmup=1, steps=2, prompts_per_step=4, max_completion=32)
+    for cfg in (peer.agentkit_config(args, tmp_path, tmp_path, 4), peer_trl.agentkit_config(args, tmp_path, tmp_path)):
+        assert cfg.objective.name == "grpo" and not cfg.objective.requirements().needs_reference
+    assert peer_trl.trl_grpo_config(out=tmp_path, config="defaults", seed=0, steps=1, samples=8, group_size=8,
+                                    max_completion=8).beta == 0.0

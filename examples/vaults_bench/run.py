@@ -1,7 +1,7 @@
 """Can the seeds' claims show at nano scale? SDAR and SAGE-OPD on vaults, judged on runs that learn:
 a dev-split sweep frozen before test, paired seeds and bootstrap intervals.
 
-    python examples/vaults_bench/run.py --out runs/vaults-bench        # the whole grid, about 100 min on 2 cores
+    python examples/vaults_bench/run.py --out runs/vaults-bench        # the whole grid: 80 min on 2 cores (--jobs 2)
     python examples/vaults_bench/run.py --out /tmp/vb-quick --quick    # every stage on tiny budgets (CI)
     python examples/vaults_bench/run.py --out runs/vaults-bench --report-only
 

@@ -121,6 +121,10 @@ def register_env() -> None:
                       requires=("textworld",), extra="textworld", overwrite=True, challenge=CHALLENGE)
 
 
+if __name__ == "__mp_main__":  # an environment worker process (--env-workers) imports this script as its main
+    register_env()
+
+
 def task_seeds(args) -> range:
     return range(args.tasks_per_step * (args.warmup + args.steps + 1))
 
@@ -214,7 +218,7 @@ def agentkit_config(args, model_dir: Path, work: Path, turns: int):
 
     return TrainConfig.model_validate({
         "model": str(model_dir), "out": str(work / "agentkit-run"), "seed": args.seed,
-        "env": {"id": ENV_ID, "kwargs": {}, "max_turns": turns, "workers": 0},
+        "env": {"id": ENV_ID, "kwargs": {}, "max_turns": turns, "workers": args.env_workers},
         "rollout": {"tasks_per_step": args.tasks_per_step, "group_size": args.group_size},
         "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": args.max_tokens_per_turn},
         "context": {"mode": "chat", "show_admissible": args.show_admissible},
@@ -301,6 +305,9 @@ def main() -> int:
     parser.add_argument("--group-size", type=int, default=8, help="Episodes per game (GRPO group).")
     parser.add_argument("--max-tokens-per-turn", type=int, default=16, help="Most generated tokens per answer.")
     parser.add_argument("--show-admissible", action="store_true", help="List the admissible commands each turn.")
+    parser.add_argument("--env-workers", type=int, default=0,
+                        help="agentkit's environment worker processes (0: in its process, as TRL's); with workers the "
+                             "next step's resets run during the update, and the game's share is not timed.")
     add_run_arguments(parser, steps=2, rounds=2)  # rounds: runs of each side per turn count
     args = parser.parse_args()
 

@@ -78,7 +78,7 @@ def test_neither_side_runs_a_reference_model(peer, tmp_path):
 
     peer.register_env()
     args = SimpleNamespace(seed=0, tasks_per_step=2, group_size=8, max_tokens_per_turn=16, show_admissible=False,
-                           warmup=1, steps=2, prompts_per_step=4, max_completion=32)
+                           env_workers=0, warmup=1, steps=2, prompts_per_step=4, max_completion=32)
     for cfg in (peer.agentkit_config(args, tmp_path, tmp_path, 4), peer_trl.agentkit_config(args, tmp_path, tmp_path)):
         assert cfg.objective.name == "grpo" and not cfg.objective.requirements().needs_reference
     assert peer_trl.trl_grpo_config(out=tmp_path, config="defaults", seed=0, steps=1, samples=8, group_size=8,

@@ -23,7 +23,6 @@ import enum
 import hashlib
 import numbers
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
@@ -341,7 +340,7 @@ class Collector:
         self.batch_wait_s = batch_wait_s
         self.max_consecutive_errors = max_consecutive_errors
         self.consecutive_errors = consecutive_errors
-        self._failures: Counter[Ending] = Counter()  # the row's failures this collector saw, by kind
+        self._model_failures = 0  # of the failures in the row, those with an unusable model answer
         self.max_observation_chars = max_observation_chars
         self.policy_version = policy_version
         self._vocab_size = len(backend.tokenizer)
@@ -374,13 +373,13 @@ class Collector:
 
     def _count_errors(self, ending: Ending, error: str | None) -> None:
         """Track failed episodes in a row; raise once there are ``max_consecutive_errors``, blaming
-        the model only when every failure of the run this collector saw was the model's."""
+        the model only when every failure in the row was the model's (a count carried in from an
+        earlier collector, ``consecutive_errors``, is taken as the environment's)."""
         if not ending.failed:
-            self.consecutive_errors = 0
-            self._failures.clear()
+            self.consecutive_errors = self._model_failures = 0
             return
         self.consecutive_errors += 1
-        self._failures[ending] += 1
+        self._model_failures += ending is Ending.MODEL_ERROR
         limit = self.max_consecutive_errors
         if not (limit and self.consecutive_errors >= limit):
             return
@@ -388,7 +387,7 @@ class Collector:
         ending_words = (f"so the run stops instead of recording only errors. The last error:\n  {last}\n"
                         "Episodes that ended were written, with their errors. ")
         raise_limit = "if it happens only in bursts, raise the limit (--max-env-errors N; 0 = no limit)."
-        models = self._failures[Ending.MODEL_ERROR]
+        models = self._model_failures
         if models == self.consecutive_errors:  # every failure in the row was the model's
             raise ModelError(
                 f"The model's answers were unusable in {models} episodes in a row (the limit is {limit}), "
@@ -427,8 +426,8 @@ class Collector:
         environments answered, wait a little for more when only some episodes are ready, end the
         episodes whose context is full, generate one batch for the ready ones and send their actions.
 
-        Raises ``EnvError`` (``ModelError``) after ``max_consecutive_errors`` failed episodes in a row,
-        the last an environment's error (an unusable model answer); the episodes still in flight are
+        Raises after ``max_consecutive_errors`` failed episodes in a row: ``ModelError`` when every one
+        of them had an unusable model answer, else ``EnvError``; the episodes still in flight are
         abandoned, so close the runner (``close()``) then.
         """
         # specs are read lazily: a billion episodes stream through at most ``_in_flight`` at a time

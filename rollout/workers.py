@@ -314,8 +314,6 @@ def _worker_main(conn: Connection, make_env: Callable[[], Env], stop=None, paren
     close_all(envs)
 
 
-
-
 @dataclass
 class _Request:
     id: int

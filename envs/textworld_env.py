@@ -10,6 +10,10 @@ TextWorld reports a cumulative score; rewards here are its per-step differences.
 invalid-command flag: an action is valid when it is in the admissible commands of the state it was
 played in. ``privileged`` is the expert plan from the current state (TextWorld's policy commands).
 
+A reset plays exactly what ``textworld.start`` would, faster: each game's opening (the game read
+from its file and the winning policy TextWorld searches for at every reset) is kept per process and
+copied, and an environment keeps its Z-machine from one game to the next.
+
 The coin collector's instruction spells out the route ("First step, go south. ... recover the
 coin"). ``goal="brief"`` replaces it with ``BRIEF_COIN_GOAL`` in the first observation and the task,
 so the agent has to find the way while the privileged expert plan still knows it: a privileged
@@ -18,11 +22,13 @@ context that carries what the agent's own prompt does not.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 import sys
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -132,6 +138,87 @@ def game_path(challenge: str, split: str, seed: int, settings: dict[str, Any], r
     return game_file
 
 
+class _Openings:
+    """Each game's opening, kept per process: the game read from its ``.json`` file and the quest
+    progression TextWorld computes at the start of every episode (the winning policy, found by
+    searching the game's quest trees). Without it each reset reads the file again and redoes that
+    search, two thirds of a reset's time; with it a reset copies the progression. The game is
+    shared read-only (TextWorld's own ``copy()`` shares it the same way). ``size`` games are kept
+    (0.7-2 MB each), the least recently used one dropped first: a GRPO group's episodes start the
+    same game, so all but the first copy it."""
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._kept: OrderedDict[tuple[str, int], tuple[Any, Any, Any]] = OrderedDict()
+
+    def get(self, game_file: Path) -> tuple[Any, Any, Any]:
+        """``(game, progression, winning policy)`` of the game's first move; copy the progression
+        before playing it."""
+        from textworld import Game
+        from textworld.generator.game import GameProgression
+
+        json_file = game_file.with_suffix(".json")
+        key = (str(json_file), json_file.stat().st_mtime_ns)
+        if key in self._kept:
+            self._kept.move_to_end(key)
+            return self._kept[key]
+        game = Game.load(str(json_file))
+        progression = GameProgression(game, track_quests=True)
+        self._kept[key] = opening = (game, progression, progression.winning_policy)
+        while len(self._kept) > self.size:
+            self._kept.popitem(last=False)
+        return opening
+
+
+_OPENINGS = _Openings()
+
+
+@functools.cache
+def _player_class() -> type:
+    """TextWorld's state tracker with its opening read from ``_OPENINGS`` rather than recomputed
+    (defined on first use: TextWorld is an optional dependency)."""
+    from textworld.envs.wrappers.tw_inform7 import StateTracking
+
+    class Player(StateTracking):
+        def reset(self):  # StateTracking.reset, the opening copied
+            _, progression, policy = _OPENINGS.get(self.game_file)
+            self.state = self._wrapped_env.reset()
+            self._send("tw-trace-actions")
+            self._game_progression = progression.copy()
+            self._last_action = None
+            self._previous_winning_policy = None
+            self._current_winning_policy = policy
+            self._moves = 0
+            self._gather_infos()
+            return self.state
+
+    return Player
+
+
+def _player(infos: Any) -> Any:
+    """TextWorld's environment for compiled games, as ``textworld.start`` builds it (the Z-machine
+    under TextWorld's three Inform 7 wrappers), made to change games with ``_load``: it keeps its
+    Z-machine, whose interpreter library jericho would otherwise copy and load again for each game."""
+    from textworld.envs.wrappers.tw_inform7 import GameData, Inform7Data
+    from textworld.envs.zmachine.jericho import JerichoEnv
+
+    machine = JerichoEnv(infos)
+    player = _player_class()(Inform7Data(GameData(machine)))
+    player.machine = machine
+    return player
+
+
+def _load(player: Any, game_file: Path) -> None:
+    """Point ``player`` at another game: the game from ``_OPENINGS``, the same Z-machine."""
+    player.machine._game = _OPENINGS.get(game_file)[0]  # GameData.load takes the game from what it wraps
+    player.game_file = game_file
+    player.load(str(game_file))
+    frotz = player.machine._jericho
+    if frotz is not None:  # jericho keeps every game it has loaded (each 0.4 MB): keep the one in play
+        for other in [name for name in frotz._cache if name != str(game_file)]:
+            del frotz._cache[other]
+
+
 class TextWorldEnv(TextEnv):
     """A TextWorld challenge as an agentkit environment.
 
@@ -185,19 +272,18 @@ class TextWorldEnv(TextEnv):
         )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        import textworld
-
         seed = self.task_seed(seed, SEEDS_PER_SPLIT)
         if not 0 <= seed < SEEDS_PER_SPLIT:
             raise ConfigError(f"TextWorld task seeds run from 0 to {SEEDS_PER_SPLIT - 1}, got {seed}.")
         game_file = game_path(self.challenge, self.split, seed, self.settings, self.cache)
         if game_file != self._game_file:
-            if self._env is not None:
-                self._env.close()
+            self._game_file = None  # until the new game has loaded
+            if self._env is None:
+                self._env = _player(self._infos())
             with warnings.catch_warnings():
                 # jericho warns that generated games lack its per-game tables; TextWorld tracks score itself
                 warnings.filterwarnings("ignore", message=".*is not fully supported.*")
-                self._env = textworld.start(str(game_file), request_infos=self._infos())
+                _load(self._env, game_file)
             self._game_file = game_file
         state = self._env.reset()
         self._state, self._score, self._done = state, float(state.score or 0), False
@@ -246,3 +332,4 @@ class TextWorldEnv(TextEnv):
         if self._env is not None:
             self._env.close()
             self._env = None
+            self._game_file = None

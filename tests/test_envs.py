@@ -348,3 +348,41 @@ def test_a_plugin_declares_its_own_action_format(plugin_site, tiny_model_dir):
     assert "<action>" not in got["prompt"] and got["stop"] == ["]"]
     assert got["listed"] == {"demo/lock-brackets-v0": "A combination lock; answers in [brackets] (length)",
                              "demo/lock-v0": ""}
+
+
+@needs_textworld
+@pytest.mark.parametrize("challenge", ["tw-simple", "tw-coin_collector", "tw-treasure_hunter", "tw-cooking"])
+def test_textworld_kept_openings_play_exactly_like_textworld_start(challenge):
+    """Resets copy each game's opening (read and searched once per process) and keep the Z-machine
+    between games; every state must equal the one ``textworld.start`` gives for the same commands,
+    with games switched, replayed, and two environments playing one game at once."""
+    import random
+
+    import textworld
+    from agentkit.envs.textworld_env import TextWorldEnv
+
+    keys = ("feedback", "admissible_commands", "policy_commands", "score", "max_score", "won", "lost", "moves",
+            "objective")
+    rng = random.Random(challenge)
+    envs = [TextWorldEnv(challenge), TextWorldEnv(challenge)]
+    try:
+        for seed in (0, 1, 0, 0, 2, 1):  # a new game, another, back, the same again, ...
+            for env in envs:
+                env.reset(seed=seed)
+            plain = [textworld.start(str(env._game_file), request_infos=env._infos()) for env in envs]
+            states = [reference.reset() for reference in plain]
+            for turn in range(12):
+                for i, (env, reference) in enumerate(zip(envs, plain, strict=True)):
+                    assert {k: env._state[k] for k in keys} == {k: states[i][k] for k in keys}, (seed, turn, i)
+                    if env._done:
+                        continue
+                    plan, moves = states[i]["policy_commands"], states[i]["admissible_commands"]
+                    command = rng.choice([plan[0] if plan else "look", rng.choice(moves), "dance wildly"])
+                    env.step(command)
+                    states[i], _, _ = reference.step(command)
+            for reference in plain:
+                reference.close()
+        assert [len(env._env.machine._jericho._cache) for env in envs] == [1, 1], "one game's rom kept per machine"
+    finally:
+        for env in envs:
+            env.close()

@@ -366,7 +366,7 @@ def test_textworld_kept_openings_play_exactly_like_textworld_start(challenge):
     rng = random.Random(challenge)
     envs = [TextWorldEnv(challenge), TextWorldEnv(challenge)]
     try:
-        for seed in (0, 1, 0, 0, 2, 1):  # a new game, another, back, the same again, ...
+        for seed in (1, 0, 1, 1, 0):  # a new game, another, back to the first, the same again, ...
             for env in envs:
                 env.reset(seed=seed)
             plain = [textworld.start(str(env._game_file), request_infos=env._infos()) for env in envs]

@@ -12,7 +12,7 @@ played in. ``privileged`` is the expert plan from the current state (TextWorld's
 
 A reset plays exactly what ``textworld.start`` would, faster: each game's opening (the game read
 from its file and the winning policy TextWorld searches for at every reset) is kept per process and
-copied, and an environment keeps its Z-machine from one game to the next.
+copied.
 
 The coin collector's instruction spells out the route ("First step, go south. ... recover the
 coin"). ``goal="brief"`` replaces it with ``BRIEF_COIN_GOAL`` in the first observation and the task,
@@ -27,6 +27,7 @@ import hashlib
 import json
 import re
 import sys
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -150,6 +151,7 @@ class _Openings:
     def __init__(self, size: int = 32) -> None:
         self.size = size
         self._kept: OrderedDict[tuple[str, int], tuple[Any, Any, Any]] = OrderedDict()
+        self._lock = threading.Lock()  # environments may reset from several threads
 
     def get(self, game_file: Path) -> tuple[Any, Any, Any]:
         """``(game, progression, winning policy)`` of the game's first move; copy the progression
@@ -159,15 +161,16 @@ class _Openings:
 
         json_file = game_file.with_suffix(".json")
         key = (str(json_file), json_file.stat().st_mtime_ns)
-        if key in self._kept:
-            self._kept.move_to_end(key)
-            return self._kept[key]
-        game = Game.load(str(json_file))
-        progression = GameProgression(game, track_quests=True)
-        self._kept[key] = opening = (game, progression, progression.winning_policy)
-        while len(self._kept) > self.size:
-            self._kept.popitem(last=False)
-        return opening
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+            game = Game.load(str(json_file))
+            progression = GameProgression(game, track_quests=True)
+            self._kept[key] = opening = (game, progression, progression.winning_policy)
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+            return opening
 
 
 _OPENINGS = _Openings()
@@ -181,7 +184,7 @@ def _player_class() -> type:
 
     class Player(StateTracking):
         def reset(self):  # StateTracking.reset, the opening copied
-            _, progression, policy = _OPENINGS.get(self.game_file)
+            _, progression, policy = self.opening
             self.state = self._wrapped_env.reset()
             self._send("tw-trace-actions")
             self._game_progression = progression.copy()
@@ -195,28 +198,19 @@ def _player_class() -> type:
     return Player
 
 
-def _player(infos: Any) -> Any:
-    """TextWorld's environment for compiled games, as ``textworld.start`` builds it (the Z-machine
-    under TextWorld's three Inform 7 wrappers), made to change games with ``_load``: it keeps its
-    Z-machine, whose interpreter library jericho would otherwise copy and load again for each game."""
+def _start(game_file: Path, infos: Any) -> Any:
+    """TextWorld's environment for a compiled game, as ``textworld.start`` builds it (the Z-machine
+    under TextWorld's three Inform 7 wrappers), with the game and its opening from ``_OPENINGS``."""
     from textworld.envs.wrappers.tw_inform7 import GameData, Inform7Data
     from textworld.envs.zmachine.jericho import JerichoEnv
 
+    opening = _OPENINGS.get(game_file)
     machine = JerichoEnv(infos)
+    machine._game = opening[0]  # GameData.load takes the game from what it wraps when it has one
     player = _player_class()(Inform7Data(GameData(machine)))
-    player.machine = machine
-    return player
-
-
-def _load(player: Any, game_file: Path) -> None:
-    """Point ``player`` at another game: the game from ``_OPENINGS``, the same Z-machine."""
-    player.machine._game = _OPENINGS.get(game_file)[0]  # GameData.load takes the game from what it wraps
-    player.game_file = game_file
+    player.opening = opening
     player.load(str(game_file))
-    frotz = player.machine._jericho
-    if frotz is not None:  # jericho keeps every game it has loaded (each 0.4 MB): keep the one in play
-        for other in [name for name in frotz._cache if name != str(game_file)]:
-            del frotz._cache[other]
+    return player
 
 
 class TextWorldEnv(TextEnv):
@@ -277,13 +271,11 @@ class TextWorldEnv(TextEnv):
             raise ConfigError(f"TextWorld task seeds run from 0 to {SEEDS_PER_SPLIT - 1}, got {seed}.")
         game_file = game_path(self.challenge, self.split, seed, self.settings, self.cache)
         if game_file != self._game_file:
-            self._game_file = None  # until the new game has loaded
-            if self._env is None:
-                self._env = _player(self._infos())
+            self.close()
             with warnings.catch_warnings():
                 # jericho warns that generated games lack its per-game tables; TextWorld tracks score itself
                 warnings.filterwarnings("ignore", message=".*is not fully supported.*")
-                _load(self._env, game_file)
+                self._env = _start(game_file, self._infos())
             self._game_file = game_file
         state = self._env.reset()
         self._state, self._score, self._done = state, float(state.score or 0), False

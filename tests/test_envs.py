@@ -353,9 +353,9 @@ def test_a_plugin_declares_its_own_action_format(plugin_site, tiny_model_dir):
 @needs_textworld
 @pytest.mark.parametrize("challenge", ["tw-simple", "tw-coin_collector", "tw-treasure_hunter", "tw-cooking"])
 def test_textworld_kept_openings_play_exactly_like_textworld_start(challenge):
-    """Resets copy each game's opening (read and searched once per process) and keep the Z-machine
-    between games; every state must equal the one ``textworld.start`` gives for the same commands,
-    with games switched, replayed, and two environments playing one game at once."""
+    """Resets copy each game's opening (read and searched once per process); every state must equal
+    the one ``textworld.start`` gives for the same commands, with games switched, replayed, and two
+    environments playing one game at once."""
     import random
 
     import textworld
@@ -382,7 +382,6 @@ def test_textworld_kept_openings_play_exactly_like_textworld_start(challenge):
                     states[i], _, _ = reference.step(command)
             for reference in plain:
                 reference.close()
-        assert [len(env._env.machine._jericho._cache) for env in envs] == [1, 1], "one game's rom kept per machine"
     finally:
         for env in envs:
             env.close()

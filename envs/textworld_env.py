@@ -143,7 +143,7 @@ class _Openings:
     """Each game's opening, kept per process: the game read from its ``.json`` file and the quest
     progression TextWorld computes at the start of every episode (the winning policy, found by
     searching the game's quest trees). Without it each reset reads the file again and redoes that
-    search, two thirds of a reset's time; with it a reset copies the progression. The game is
+    search, about half of a reset's time; with it a reset copies the progression. The game is
     shared read-only (TextWorld's own ``copy()`` shares it the same way). ``size`` games are kept
     (0.7-2 MB each), the least recently used one dropped first: a GRPO group's episodes start the
     same game, so all but the first copy it."""
@@ -179,7 +179,9 @@ _OPENINGS = _Openings()
 @functools.cache
 def _player_class() -> type:
     """TextWorld's state tracker with its opening read from ``_OPENINGS`` rather than recomputed
-    (defined on first use: TextWorld is an optional dependency)."""
+    (defined on first use: TextWorld is an optional dependency). It sets the tracker's own fields
+    as TextWorld 1.7 does (the extra pins 1.7; ``tests/test_envs.py`` plays it against
+    ``textworld.start`` state for state)."""
     from textworld.envs.wrappers.tw_inform7 import StateTracking
 
     class Player(StateTracking):

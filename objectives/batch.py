@@ -199,17 +199,20 @@ def sampling_temperature(trajectory: Trajectory) -> float:
 def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
     """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled), at each row's
     sampling temperature (``batch.temperature``: log softmax(logits / T), as TRL and verl compute
-    it, so before the first update the ratio to the recorded logprobs is 1); 0 where no row has a
-    response token.
+    it, so before the first update the ratio to the recorded logprobs is 1); 0 outside
+    ``response_mask``.
 
     With ``support``, also the policy's logprobs over the teacher's support at the response
     positions: [N, K] (N = the positions where ``response_mask > 0``, in row-major order, i.e. the
     rows of ``x[response_mask > 0]``) at ``batch.teacher_support_ids``, or [N, V] (the whole
     vocabulary) when those are None. A [B, L, V] tensor is never built for it.
 
-    Only the columns where some row has a response token go through the output layer and the
-    softmax (``logits_to_keep``): prompts are most of a row, and with a small model the [B, L, V]
-    logits are most of a step's cost. Every objective reads these values under the response mask.
+    Only the columns where some row has a response token go through the output layer
+    (``logits_to_keep``), and only the response positions among them through the softmax: prompts
+    are most of a row, and in chat mode each row's turns sit at other columns than its neighbours',
+    so the kept columns' [B, C, V] logits are mostly positions no objective reads (with a 151k-token
+    vocabulary the largest tensors of a step). Values outside ``response_mask`` are 0; every
+    objective reads these values under the response mask.
     """
     B, L = batch.response_mask.shape
     cols = batch.response_mask.any(dim=0).nonzero().squeeze(1)  # [C] columns with a response target
@@ -217,18 +220,20 @@ def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
         cols = torch.arange(L, device=batch.response_mask.device)
     cols = cols.to(batch.input_ids.device)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=cols,
-                   use_cache=False).logits.float()  # [B, C, V] (no KV cache: nothing generates after it)
+                   use_cache=False).logits  # [B, C, V] (no KV cache: nothing generates after it)
+    device = logits.device
+    where = batch.response_mask.to(device)[:, cols.to(device)] > 0  # [B, C]
+    rows, kept = where.nonzero(as_tuple=True)  # [N]: each response position's row and kept column, row-major
+    columns = cols.to(device)[kept]  # [N]: its column in the row
+    picked = logits[rows, kept].float()  # [N, V]
     if batch.temperature is not None:  # the distribution the responses were sampled from (logits / T)
-        logits = logits / batch.temperature.to(logits.device)[:, None, None]
-    logp = torch.log_softmax(logits, dim=-1)  # [B, C, V]
-    targets = batch.input_ids[:, cols + 1]  # [B, C]: the token each kept column predicts
-    sampled = torch.zeros((B, L), dtype=logp.dtype, device=logp.device)
-    sampled = sampled.index_copy(1, cols, logp.gather(2, targets[:, :, None]).squeeze(2))  # [B, L]
+        picked = picked / batch.temperature.to(device)[rows, None]
+    logp = torch.log_softmax(picked, dim=-1)  # [N, V]
+    targets = batch.input_ids.to(device)[rows, columns + 1]  # [N]: the token each position predicts
+    sampled = torch.zeros((B, L), dtype=logp.dtype, device=device).index_put(
+        (rows, columns), logp.gather(1, targets[:, None]).squeeze(1))  # [B, L]
     if not support:
         return sampled
-    where = batch.response_mask[:, cols.to(batch.response_mask.device)].to(logp.device) > 0  # [B, C]
-    picked = logp[where]  # [N, V]: the response positions, row-major
     if batch.teacher_support_ids is None:
-        return sampled, picked
-    ids = batch.teacher_support_ids[:, cols.to(batch.teacher_support_ids.device)].to(logp.device)[where]  # [N, K]
-    return sampled, picked.gather(1, ids)  # [N, K]
+        return sampled, logp
+    return sampled, logp.gather(1, batch.teacher_support_ids.to(device)[rows, columns])  # [N, K]

@@ -251,3 +251,54 @@ def test_training_refuses_truncated_sampling():
         with pytest.raises(ValueError, match="training samples from the whole distribution.*Drop --top-p/--top-k"):
             TrainConfig(sampling=sampling)
     assert TrainConfig(sampling={"temperature": 0.7}).sampling.temperature == 0.7
+
+
+def test_policy_logprobs_equal_the_full_softmax_at_every_response_position(tiny_model_dir):
+    """The output layer runs on the kept columns and the softmax on the response positions only;
+    values, support and gradients must equal the plain [B, L, V] computation. Rows as chat mode
+    lays them out: several responses per row, at other columns in each row, rows of unequal length,
+    a temperature per row, and a teacher's top-k support."""
+    from agentkit.objectives import TokenBatch, policy_logprobs
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    V = model.config.vocab_size
+    lengths, spans = [40, 33, 26], [[(5, 9), (20, 27)], [(12, 15), (25, 31)], [(3, 6), (9, 12), (18, 24)]]
+    B, L = len(lengths), max(lengths) - 1
+    input_ids = torch.zeros((B, L + 1), dtype=torch.long)
+    attention = torch.zeros((B, L + 1), dtype=torch.long)
+    response = torch.zeros((B, L))
+    for b, (n, row_spans) in enumerate(zip(lengths, spans, strict=True)):
+        input_ids[b, :n] = torch.randint(3, V, (n,))
+        attention[b, :n] = 1
+        for start, stop in row_spans:
+            response[b, start:stop] = 1.0
+    batch = TokenBatch(input_ids=input_ids, attention_mask=attention, response_mask=response,
+                       old_logprobs=torch.zeros((B, L)), advantages=torch.zeros((B, L)), weights=response.clone(),
+                       episode_index=torch.arange(B), turn_index=torch.full((B, L), -1),
+                       temperature=torch.tensor([0.7, 1.0, 1.3]),
+                       teacher_support_ids=torch.randint(0, V, (B, L, 5)))
+    mask = response > 0
+    weights = torch.randn(B, L)  # a loss with a distinct weight on every position
+
+    def grads(loss):
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    sampled, support = policy_logprobs(model, batch, support=True)
+    _, full = policy_logprobs(model, replace(batch, teacher_support_ids=None), support=True)
+    ours = grads((sampled * weights).sum() + support.sum() + full[:, :7].sum())
+
+    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float() / batch.temperature[:, None, None]
+    logp = torch.log_softmax(logits, dim=-1)  # [B, L, V]
+    plain = logp.gather(2, input_ids[:, 1:, None]).squeeze(2) * response
+    plain_support = logp[mask].gather(1, batch.teacher_support_ids[mask])
+    reference = grads((plain * weights).sum() + plain_support.sum() + logp[mask][:, :7].sum())
+
+    assert plain[mask].std() > 0.1 and sampled[mask].abs().min() > 0  # non-degenerate values
+    assert torch.allclose(sampled, plain, atol=1e-5) and not sampled[~mask].any()
+    assert torch.allclose(support, plain_support, atol=1e-5) and torch.allclose(full, logp[mask], atol=1e-5)
+    for got, want in zip(ours, reference, strict=True):
+        assert torch.allclose(got, want, atol=1e-5)

@@ -119,20 +119,22 @@ class ModelTeacher:
                 continue
             column = {pos: c for c, pos in enumerate(keep)}
             logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                logits_to_keep=torch.tensor(keep, device=device)).logits.float().cpu()  # [b, C, V]
+                                logits_to_keep=torch.tensor(keep, device=device)).logits  # [b, C, V]
+            chunk_rows = torch.tensor([i for i, _, _, _ in wanted])
+            rows_out = torch.tensor([r for _, r, _, _ in wanted])
+            cols_out = torch.tensor([t for _, _, _, t in wanted])
+            # batch column t predicts input_ids[r, t+1]; in the teacher row that is position p+t. Only
+            # these positions go through the softmax and back to the CPU, not every kept column of every row
+            kept = torch.tensor([column[pos] for _, _, pos, _ in wanted])
+            picked = logits[chunk_rows.to(device), kept.to(device)].float()  # [N, V]
             if batch.temperature is not None:  # at the sampling temperature, as the student's logprobs are
-                logits = logits / batch.temperature[[s.row for s in chunk]][:, None, None]
-            logp = torch.log_softmax(logits, dim=-1)  # [b, C, V]
-            vocab = logp.shape[-1]
+                picked = picked / batch.temperature.to(device)[rows_out.to(device)][:, None]
+            picked = torch.log_softmax(picked, dim=-1).cpu()  # [N, V]
+            vocab = picked.shape[-1]
             if topk is not None and support_lp is None:
                 k = vocab if topk == 0 else min(topk, vocab)
                 support_lp = torch.zeros((rows, length, k))
                 support_ids = None if topk == 0 else torch.zeros((rows, length, k), dtype=torch.long)
-            chunk_rows = torch.tensor([i for i, _, _, _ in wanted])
-            rows_out = torch.tensor([r for _, r, _, _ in wanted])
-            cols_out = torch.tensor([t for _, _, _, t in wanted])
-            # batch column t predicts input_ids[r, t+1]; in the teacher row that is position p+t
-            picked = logp[chunk_rows, torch.tensor([column[pos] for _, _, pos, _ in wanted])]  # [N, V]
             targets = batch.input_ids[rows_out, cols_out + 1]  # [N]
             out_lp[rows_out, cols_out] = picked.gather(1, targets[:, None]).squeeze(1)
             out_top1[rows_out, cols_out] = picked.max(dim=1).values

@@ -3,6 +3,8 @@ foreign tokenizer, and the turn judges label turns as SAGE-OPD needs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from agentkit.objectives import build_batch, policy_logprobs
@@ -49,6 +51,12 @@ def test_self_teacher_without_privilege_is_the_policy(backend, episodes):
     assert bool((scores.top1[mask] >= scores.logprobs[mask] - 1e-6).all())
     assert torch.allclose(scores.support_logprobs[..., 0][mask], scores.top1[mask])  # top-k sorted, first = top-1
     assert scores.support_ids.shape[-1] == 4
+    # each row at its own sampling temperature (rows of one step can come from different samplers)
+    hot = replace(batch, temperature=torch.linspace(0.6, 1.4, batch.num_rows))
+    with torch.no_grad():
+        expected = policy_logprobs(backend.model, hot) * hot.response_mask
+    assert torch.allclose(teacher.score(hot, trajectories, topk=4).logprobs, expected, atol=1e-5)
+    assert not torch.allclose(expected[mask], batch.old_logprobs[mask], atol=1e-2)
 
 
 def test_privileged_context_is_a_prefix_the_student_never_sees(backend, episodes):

@@ -196,6 +196,16 @@ def sampling_temperature(trajectory: Trajectory) -> float:
     return temperature if temperature > 0 else 1.0
 
 
+def sampled_distribution(logits: torch.Tensor, temperature: torch.Tensor | None) -> torch.Tensor:
+    """[N, V] log softmax(logits / T) in fp32: the distribution each of N positions' tokens were
+    sampled from, ``temperature`` [N] (None: T = 1). ``policy_logprobs`` and the local teacher pick
+    the positions they score first, so no [B, L, V] tensor goes through it."""
+    logits = logits.float()
+    if temperature is not None:
+        logits = logits / temperature.to(logits.device)[:, None]
+    return torch.log_softmax(logits, dim=-1)
+
+
 def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
     """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled), at each row's
     sampling temperature (``batch.temperature``: log softmax(logits / T), as TRL and verl compute
@@ -222,13 +232,12 @@ def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=cols,
                    use_cache=False).logits  # [B, C, V] (no KV cache: nothing generates after it)
     device = logits.device
-    where = batch.response_mask.to(device)[:, cols.to(device)] > 0  # [B, C]
+    cols = cols.to(device)
+    where = batch.response_mask.to(device)[:, cols] > 0  # [B, C]
     rows, kept = where.nonzero(as_tuple=True)  # [N]: each response position's row and kept column, row-major
-    columns = cols.to(device)[kept]  # [N]: its column in the row
-    picked = logits[rows, kept].float()  # [N, V]
-    if batch.temperature is not None:  # the distribution the responses were sampled from (logits / T)
-        picked = picked / batch.temperature.to(device)[rows, None]
-    logp = torch.log_softmax(picked, dim=-1)  # [N, V]
+    columns = cols[kept]  # [N]: its column in the row
+    temperature = None if batch.temperature is None else batch.temperature.to(device)[rows]
+    logp = sampled_distribution(logits[rows, kept], temperature)  # [N, V]
     targets = batch.input_ids.to(device)[rows, columns + 1]  # [N]: the token each position predicts
     sampled = torch.zeros((B, L), dtype=logp.dtype, device=device).index_put(
         (rows, columns), logp.gather(1, targets[:, None]).squeeze(1))  # [B, L]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from agentkit.objectives import sampled_distribution
 from agentkit.skillbank.bank import SkillBank
 from agentkit.teachers.context import SOURCES, TeacherSequence, prefix_ids, privileged_text, teacher_sequences
 from agentkit.teachers.scores import TeacherScores
@@ -126,10 +127,8 @@ class ModelTeacher:
             # batch column t predicts input_ids[r, t+1]; in the teacher row that is position p+t. Only
             # these positions go through the softmax and back to the CPU, not every kept column of every row
             kept = torch.tensor([column[pos] for _, _, pos, _ in wanted])
-            picked = logits[chunk_rows.to(device), kept.to(device)].float()  # [N, V]
-            if batch.temperature is not None:  # at the sampling temperature, as the student's logprobs are
-                picked = picked / batch.temperature.to(device)[rows_out.to(device)][:, None]
-            picked = torch.log_softmax(picked, dim=-1).cpu()  # [N, V]
+            temperature = None if batch.temperature is None else batch.temperature[rows_out]  # as the student's
+            picked = sampled_distribution(logits[chunk_rows.to(device), kept.to(device)], temperature).cpu()  # [N, V]
             vocab = picked.shape[-1]
             if topk is not None and support_lp is None:
                 k = vocab if topk == 0 else min(topk, vocab)

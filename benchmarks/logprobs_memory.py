@@ -1,15 +1,20 @@
-"""The update's scoring pass: the softmax over the response positions only, against the softmax over
-every kept column (what ``policy_logprobs`` did until 2026-12-07), at a real vocabulary size.
+"""The update's scoring pass at a real vocabulary size: what ``policy_logprobs`` runs through the
+output layer and the softmax, in its three forms.
 
 Chat-mode rows hold several turns each, at other columns in each row, so the columns where *some*
 row has a response token are most of the row, while each row's own responses are a fraction of
-it. The output layer runs on the kept columns in both; before, the [B, C, V] logits were cast to
-fp32, divided by the temperature and put through the softmax whole (three [B, C, V] tensors, one
-kept for the backward); now only the [N, V] response positions are. The model is a random-init
-Qwen3 with Qwen3's 151,936-token vocabulary (``--vocab``) and a small body (``--hidden``,
-``--layers``), so the output layer's share is what it is at 0.6B-1.7B. Each side runs in its own
-process, one forward and backward of the same batch; peak is the process's resident high-water
-mark (``ru_maxrss``) minus its mark before the pass.
+it. Three sides, each one forward and backward of the same batch in its own process:
+
+- ``columns``: until 2026-12-07 (morning), the output layer on the kept columns ([B, C, V] logits),
+  cast to fp32, divided by the temperature and put through the softmax whole;
+- ``softmax``: 2026-12-07 (evening), the output layer on the kept columns, the softmax on the [N, V]
+  response positions only;
+- ``now``: the output layer and the softmax on the [N, V] response positions only
+  (``objectives.position_logits``).
+
+The model is a random-init Qwen3 with Qwen3's 151,936-token vocabulary (``--vocab``) and a small
+body (``--hidden``, ``--layers``), so the output layer's share is what it is at 0.6B-1.7B. Peak is
+the process's resident high-water mark (``ru_maxrss``) minus its mark before the pass.
 
     python benchmarks/logprobs_memory.py
 """
@@ -25,7 +30,7 @@ import time
 
 
 def kept_columns_softmax(model, batch):
-    """``policy_logprobs`` before 2026-12-07: the softmax over every kept column."""
+    """``policy_logprobs`` until 2026-12-07 (morning): the softmax over every kept column."""
     import torch
 
     B, L = batch.response_mask.shape
@@ -37,6 +42,29 @@ def kept_columns_softmax(model, batch):
     targets = batch.input_ids[:, cols + 1]
     sampled = torch.zeros((B, L), dtype=logp.dtype)
     return sampled.index_copy(1, cols, logp.gather(2, targets[:, :, None]).squeeze(2))
+
+
+def kept_columns_output_layer(model, batch):
+    """``policy_logprobs`` of 2026-12-07 (evening): the output layer on every kept column, the
+    softmax on the response positions."""
+    import torch
+    from agentkit.objectives import sampled_distribution
+
+    B, L = batch.response_mask.shape
+    cols = batch.response_mask.any(dim=0).nonzero().squeeze(1)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=cols,
+                   use_cache=False).logits  # [B, C, V]
+    rows, kept = (batch.response_mask[:, cols] > 0).nonzero(as_tuple=True)
+    columns = cols[kept]
+    logp = sampled_distribution(logits[rows, kept], batch.temperature[rows])
+    targets = batch.input_ids[rows, columns + 1]
+    return torch.zeros((B, L)).index_put((rows, columns), logp.gather(1, targets[:, None]).squeeze(1))
+
+
+SIDES = {"columns": ("the output layer and the softmax on every kept column (until 2026-12-07)", kept_columns_softmax),
+         "softmax": ("the output layer on every kept column, the softmax on the response positions",
+                     kept_columns_output_layer),
+         "now": ("the output layer and the softmax on the response positions (now)", None)}
 
 
 def one_side(args) -> dict:
@@ -62,7 +90,7 @@ def one_side(args) -> dict:
                        response_mask=response, old_logprobs=torch.zeros((B, L)), advantages=torch.zeros((B, L)),
                        weights=response.clone(), episode_index=torch.arange(B), turn_index=torch.full((B, L), -1),
                        temperature=torch.ones(B))
-    score = kept_columns_softmax if args.side == "before" else policy_logprobs
+    score = SIDES[args.side][1] or policy_logprobs
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     (score(model, batch) * batch.response_mask).sum().backward()
@@ -83,13 +111,13 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--response-tokens", type=int, default=32, help="Response tokens per turn.")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--side", choices=["before", "now"], help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=list(SIDES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         print(json.dumps(one_side(args)))
         return
     results = []
-    for side in ("before", "now"):
+    for side in SIDES:
         out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--side", side], capture_output=True, text=True,
                              check=True)
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -97,9 +125,9 @@ def main() -> None:
     print(f"\n{first['rows']} rows x {first['row_tokens']} tokens, {args.turns} turns of {args.response_tokens} response "
           f"tokens per row: {first['kept_columns']} kept columns, {first['response_positions']} response positions; "
           f"vocabulary {args.vocab}\n")
-    print("| softmax over | pass peak GB | forward + backward s |")
+    print("| scoring pass | pass peak GB | forward + backward s |")
     print("| --- | --- | --- |")
-    for r, name in zip(results, ("every kept column (before)", "the response positions (now)"), strict=True):
+    for r, (name, _) in zip(results, SIDES.values(), strict=True):
         print(f"| {name} | {r['pass_peak_gb']:.2f} | {r['seconds']:.2f} |")
 
 

@@ -4,7 +4,7 @@ Objectives import only ``agentkit.core`` (and torch, pydantic): the loop runs th
 judge and hands their results to ``prepare`` as ``StepScores``.
 """
 
-from agentkit.objectives.batch import TokenBatch, build_batch, policy_logprobs, sampled_distribution
+from agentkit.objectives.batch import TokenBatch, build_batch, policy_logprobs, position_logits, sampled_distribution
 from agentkit.objectives.protocol import (
     REGISTRY,
     Capabilities,
@@ -17,6 +17,6 @@ from agentkit.objectives.protocol import (
 )
 from agentkit.objectives.scores import Judgments, StepScores, TeacherScores
 
-__all__ = ["TokenBatch", "build_batch", "policy_logprobs", "sampled_distribution", "Objective", "Capabilities", "REGISTRY", "describe",
+__all__ = ["TokenBatch", "build_batch", "policy_logprobs", "position_logits", "sampled_distribution", "Objective", "Capabilities", "REGISTRY", "describe",
            "make_objective", "load_objective", "capabilities_of", "objective_config", "StepScores", "TeacherScores",
            "Judgments"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
+from agentkit.core.errors import ModelError
 from agentkit.core.trajectory import Trajectory
 
 
@@ -206,6 +207,50 @@ def sampled_distribution(logits: torch.Tensor, temperature: torch.Tensor | None)
     return torch.log_softmax(logits, dim=-1)
 
 
+def _output_layer(model) -> torch.nn.Module | None:
+    """The policy's output layer (a Hugging Face causal LM's ``get_output_embeddings()``, through a
+    DDP wrapper or a PEFT model), or None when it names none."""
+    inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+    return inner.get_output_embeddings()
+
+
+def position_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
+                    columns: torch.Tensor) -> torch.Tensor:
+    """[N, V] ``model``'s logits at the N positions ``(rows[i], columns[i])`` of ``input_ids`` [B, L],
+    with gradients if enabled: only those positions go through the output layer.
+
+    The model runs as called (its own forward, so DDP's and FSDP's hooks run as always) with
+    ``logits_to_keep`` set to the columns some position needs; a forward pre-hook on the output
+    layer then hands it just the N positions' hidden states, not the kept columns of every row
+    ([B, C, V] logits, mostly positions nobody reads: a row's neighbours' responses sit at other
+    columns). A model whose forward does not call its output layer module gets its [B, C, V] logits
+    picked after the fact: the same values, at the old cost."""
+    cols, kept = torch.unique(columns, return_inverse=True)  # [C] sorted kept columns; each position's index in them
+    device = input_ids.device
+    cols, rows, kept = cols.to(device), rows.to(device), kept.to(device)
+    head = _output_layer(model)
+    picked = []
+
+    def pick(module, args):  # the output layer's input: [B, C, H] -> [N, H]
+        picked.append(True)
+        return (args[0][rows, kept], *args[1:])
+
+    handle = head.register_forward_pre_hook(pick) if head is not None else None
+    try:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=cols,
+                       use_cache=False).logits  # no KV cache: nothing generates after it
+    finally:
+        if handle is not None:
+            handle.remove()
+    if not picked:
+        return logits[rows, kept]  # [B, C, V] -> [N, V]
+    if logits.shape[:-1] != rows.shape:
+        raise ModelError(f"{type(model).__name__}'s forward reshaped its output layer's logits to "
+                         f"{tuple(logits.shape)}; agentkit scores a model whose logits are its output layer's "
+                         "output (a Hugging Face causal LM).")
+    return logits
+
+
 def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
     """[B, L] log pi(target | prefix) under ``model`` (with gradients if enabled), at each row's
     sampling temperature (``batch.temperature``: log softmax(logits / T), as TRL and verl compute
@@ -217,27 +262,20 @@ def policy_logprobs(model, batch: TokenBatch, *, support: bool = False):
     rows of ``x[response_mask > 0]``) at ``batch.teacher_support_ids``, or [N, V] (the whole
     vocabulary) when those are None. A [B, L, V] tensor is never built for it.
 
-    Only the columns where some row has a response token go through the output layer
-    (``logits_to_keep``), and only the response positions among them through the softmax: prompts
-    are most of a row, and in chat mode each row's turns sit at other columns than its neighbours',
-    so the kept columns' [B, C, V] logits are mostly positions no objective reads (with a 151k-token
-    vocabulary the largest tensors of a step). Values outside ``response_mask`` are 0; every
-    objective reads these values under the response mask.
+    Only the response positions go through the output layer and the softmax (``position_logits``):
+    prompts are most of a row, and in chat mode each row's turns sit at other columns than its
+    neighbours', so the [B, L, V] logits would be mostly positions no objective reads (with a
+    151k-token vocabulary the largest tensors of a step). Values outside ``response_mask`` are 0;
+    every objective reads these values under the response mask.
     """
     B, L = batch.response_mask.shape
-    cols = batch.response_mask.any(dim=0).nonzero().squeeze(1)  # [C] columns with a response target
-    if cols.numel() == 0:
-        cols = torch.arange(L, device=batch.response_mask.device)
-    cols = cols.to(batch.input_ids.device)
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=cols,
-                   use_cache=False).logits  # [B, C, V] (no KV cache: nothing generates after it)
+    device = batch.input_ids.device
+    rows, columns = (batch.response_mask.to(device) > 0).nonzero(as_tuple=True)  # [N] row-major
+    logits = position_logits(model, batch.input_ids, batch.attention_mask, rows, columns)  # [N, V]
     device = logits.device
-    cols = cols.to(device)
-    where = batch.response_mask.to(device)[:, cols] > 0  # [B, C]
-    rows, kept = where.nonzero(as_tuple=True)  # [N]: each response position's row and kept column, row-major
-    columns = cols[kept]  # [N]: its column in the row
+    rows, columns = rows.to(device), columns.to(device)
     temperature = None if batch.temperature is None else batch.temperature.to(device)[rows]
-    logp = sampled_distribution(logits[rows, kept], temperature)  # [N, V]
+    logp = sampled_distribution(logits, temperature)  # [N, V]
     targets = batch.input_ids.to(device)[rows, columns + 1]  # [N]: the token each position predicts
     sampled = torch.zeros((B, L), dtype=logp.dtype, device=device).index_put(
         (rows, columns), logp.gather(1, targets[:, None]).squeeze(1))  # [B, L]

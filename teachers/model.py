@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from agentkit.objectives import sampled_distribution
+from agentkit.objectives import position_logits, sampled_distribution
 from agentkit.skillbank.bank import SkillBank
 from agentkit.teachers.context import SOURCES, TeacherSequence, prefix_ids, privileged_text, teacher_sequences
 from agentkit.teachers.scores import TeacherScores
@@ -113,22 +113,19 @@ class ModelTeacher:
                 ids[i, : len(s)] = torch.tensor(s)
                 mask[i, : len(s)] = 1
             device = next(self.model.parameters()).device
-            # only the positions that predict a response token go through the output layer
+            # only the positions that predict a response token go through the output layer, the
+            # softmax and back to the CPU: batch column t predicts input_ids[r, t+1]; in the teacher
+            # row that is position p+t
             wanted = [(i, s.row, len(s.prefix) + t, t) for i, s in enumerate(chunk) for t in s.columns]
-            keep = sorted({pos for _, _, pos, _ in wanted})
-            if not keep:
+            if not wanted:
                 continue
-            column = {pos: c for c, pos in enumerate(keep)}
-            logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                logits_to_keep=torch.tensor(keep, device=device)).logits  # [b, C, V]
             chunk_rows = torch.tensor([i for i, _, _, _ in wanted])
+            positions = torch.tensor([pos for _, _, pos, _ in wanted])
             rows_out = torch.tensor([r for _, r, _, _ in wanted])
             cols_out = torch.tensor([t for _, _, _, t in wanted])
-            # batch column t predicts input_ids[r, t+1]; in the teacher row that is position p+t. Only
-            # these positions go through the softmax and back to the CPU, not every kept column of every row
-            kept = torch.tensor([column[pos] for _, _, pos, _ in wanted])
             temperature = None if batch.temperature is None else batch.temperature[rows_out]  # as the student's
-            picked = sampled_distribution(logits[chunk_rows.to(device), kept.to(device)], temperature).cpu()  # [N, V]
+            logits = position_logits(self.model, ids.to(device), mask.to(device), chunk_rows, positions)  # [N, V]
+            picked = sampled_distribution(logits, temperature).cpu()  # [N, V]
             vocab = picked.shape[-1]
             if topk is not None and support_lp is None:
                 k = vocab if topk == 0 else min(topk, vocab)

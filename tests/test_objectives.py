@@ -254,8 +254,8 @@ def test_training_refuses_truncated_sampling():
 
 
 def test_policy_logprobs_equal_the_full_softmax_at_every_response_position(tiny_model_dir):
-    """The output layer runs on the kept columns and the softmax on the response positions only;
-    values, support and gradients must equal the plain [B, L, V] computation. Rows as chat mode
+    """The output layer and the softmax run on the response positions only; values, support and
+    gradients must equal the plain [B, L, V] computation. Rows as chat mode
     lays them out: several responses per row, at other columns in each row, rows of unequal length,
     a temperature per row, and a teacher's top-k support."""
     from agentkit.objectives import TokenBatch, policy_logprobs
@@ -287,8 +287,12 @@ def test_policy_logprobs_equal_the_full_softmax_at_every_response_position(tiny_
         loss.backward()
         return [p.grad.clone() for p in model.parameters()]
 
+    seen = []  # what the output layer computed
+    handle = model.get_output_embeddings().register_forward_hook(lambda module, args, out: seen.append(out.shape))
     sampled, support = policy_logprobs(model, batch, support=True)
     _, full = policy_logprobs(model, replace(batch, teacher_support_ids=None), support=True)
+    handle.remove()
+    assert seen == [(int(mask.sum()), V)] * 2  # the response positions' logits, not the kept columns of every row
     ours = grads((sampled * weights).sum() + support.sum() + full[:, :7].sum())
 
     logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float() / batch.temperature[:, None, None]
@@ -302,3 +306,43 @@ def test_policy_logprobs_equal_the_full_softmax_at_every_response_position(tiny_
     assert torch.allclose(support, plain_support, atol=1e-5) and torch.allclose(full, logp[mask], atol=1e-5)
     for got, want in zip(ours, reference, strict=True):
         assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_position_logits_of_a_model_that_does_not_call_its_output_layer(tiny_model_dir):
+    """A forward that multiplies by the output layer's weight itself (no module call) gets its kept
+    columns' logits picked after the fact: the same values. One that reshapes what its output layer
+    returned is refused with a clear error rather than scored wrong."""
+    from agentkit.core.errors import ModelError
+    from agentkit.objectives import position_logits
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    V = model.config.vocab_size
+
+    class OwnProduct(torch.nn.Module):
+        def __init__(self, reshape: bool = False) -> None:
+            super().__init__()
+            self.inner, self.reshape = model, reshape
+
+        def get_output_embeddings(self):
+            return self.inner.lm_head
+
+        def forward(self, input_ids, attention_mask, logits_to_keep, use_cache):
+            hidden = self.inner.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            if self.reshape:  # calls the layer, then views its output as [B, C, V]
+                logits = self.inner.lm_head(hidden[:, logits_to_keep]).view(input_ids.shape[0], -1, V)
+            else:
+                logits = torch.nn.functional.linear(hidden[:, logits_to_keep], self.inner.lm_head.weight)
+            return type("Out", (), {"logits": logits})()
+
+    ids = torch.randint(3, V, (3, 20))
+    mask = torch.ones_like(ids)
+    mask[2, 15:] = 0
+    rows, columns = torch.tensor([0, 0, 1, 1, 2, 2]), torch.tensor([3, 11, 7, 9, 3, 14])
+    want = model(input_ids=ids, attention_mask=mask).logits[rows, columns]
+    assert want.std() > 0.1
+    assert torch.allclose(position_logits(model, ids, mask, rows, columns), want, atol=1e-5)
+    assert torch.allclose(position_logits(OwnProduct(), ids, mask, rows, columns), want, atol=1e-5)
+    with pytest.raises(ModelError, match="reshaped its output layer's logits"):
+        position_logits(OwnProduct(reshape=True), ids, mask, rows, columns)

@@ -105,6 +105,9 @@ class BaseView:
     def parameters(self):
         return self.policy.get_base_model().parameters()
 
+    def get_output_embeddings(self) -> torch.nn.Module | None:
+        return self.policy.get_output_embeddings()  # called inside the policy's forward, as the policy's own
+
     @property
     def config(self):
         return self.policy.config

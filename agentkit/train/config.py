@@ -112,7 +112,10 @@ class TrainSection(Settings):
     grad_clip: float = Field(1.0, ge=0, description="Max global gradient norm (0 = off).")
     epochs: int = Field(1, gt=0, description="Passes over each step's batch.")
     minibatches: int = Field(1, gt=0, description="Optimizer steps per pass (the batch is split by episode).")
-    micro_batch_tokens: int = Field(16384, gt=0, description="Padded tokens per forward/backward micro-batch.")
+    micro_batch_tokens: int = Field(
+        16384, gt=0, description="Padded tokens per forward/backward micro-batch. A longer row (a chat-mode episode is one "
+        "row: its turns scored in one pass) is a micro-batch of its own, its activations growing with its length: "
+        "train.gradient_checkpointing bounds them.")
     precision: Literal["fp32", "bf16"] = Field(
         "fp32", json_schema_extra=flag("--precision"),
         description="Numerics of the policy. bf16: mixed precision, the policy's forward and backward passes (and its "

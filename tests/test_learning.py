@@ -56,9 +56,12 @@ def teacher(vaults_sft_model, tmp_path_factory):
 
 
 def test_opd_with_the_default_estimator_takes_the_student_to_the_teacher(vaults_sft_model, teacher, tmp_path):
+    # lr 3e-3: seeds 0-3 all reach 100% by step 180 (0% -> 50% -> 75% -> 100%). At the 1e-2 this test
+    # ran until 2026-12-07 the loss blew up mid-run (0.5 -> 5.5 at step 97) in some runs and not
+    # others, on rounding differences of 1e-7 in one gradient: a control that passes by luck.
     run = tmp_path / "opd"
     train(load_config(None, [*first_decision(FAMILIES), "objective.name=opd", f"teacher.spec=model:{teacher}",
-                             "rollout.tasks_per_step=32", "rollout.group_size=1", "train.steps=240", "train.lr=1e-2",
+                             "rollout.tasks_per_step=32", "rollout.group_size=1", "train.steps=240", "train.lr=3e-3",
                              "train.warmup_steps=10", "eval.every=60", "eval.episodes=64",
                              f"model={vaults_sft_model}", f"out={run}"]), show_progress=False)
     start, end = evals(run)[0]["success_rate"], evals(run)[-1]["success_rate"]
